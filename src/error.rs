@@ -1,0 +1,360 @@
+//! Domain errors rolled up, and the one exhaustive mapping to `tonic::Status`.
+//!
+//! Every status carries a `google.rpc.ErrorInfo` whose `reason` is stable
+//! (clients and models branch on it) and a message written for a model:
+//! what happened, that nothing was changed, and what to do next.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::session;
+use crate::workspace::{self, EditError, LineEndings};
+
+/// `ErrorInfo.domain` of every sandboxd error.
+pub const DOMAIN: &str = "sandboxd";
+
+/// Any error a handler can return.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// From the file tools.
+    #[error(transparent)]
+    Workspace(#[from] workspace::Error),
+    /// From the session registry.
+    #[error(transparent)]
+    Session(#[from] session::Error),
+}
+
+/// Stable machine reasons, as sent in `ErrorInfo.reason`.
+pub mod reason {
+    #![allow(missing_docs)]
+    pub const INVALID_PATH: &str = "INVALID_PATH";
+    pub const PATH_OUTSIDE_WORKSPACE: &str = "PATH_OUTSIDE_WORKSPACE";
+    pub const FILE_NOT_FOUND: &str = "FILE_NOT_FOUND";
+    pub const NOT_A_FILE: &str = "NOT_A_FILE";
+    pub const NOT_A_DIRECTORY: &str = "NOT_A_DIRECTORY";
+    pub const FILE_EXISTS: &str = "FILE_EXISTS";
+    pub const FILE_TOO_LARGE: &str = "FILE_TOO_LARGE";
+    pub const NOT_TEXT: &str = "NOT_TEXT";
+    pub const STALE_FILE: &str = "STALE_FILE";
+    pub const LINE_OUT_OF_RANGE: &str = "LINE_OUT_OF_RANGE";
+    pub const INVALID_PATTERN: &str = "INVALID_PATTERN";
+    pub const NO_EDITS: &str = "NO_EDITS";
+    pub const EMPTY_OLD_STRING: &str = "EMPTY_OLD_STRING";
+    pub const NO_CHANGE: &str = "NO_CHANGE";
+    pub const OLD_STRING_NOT_FOUND: &str = "OLD_STRING_NOT_FOUND";
+    pub const OLD_STRING_AMBIGUOUS: &str = "OLD_STRING_AMBIGUOUS";
+    pub const EDITS_OVERLAP: &str = "EDITS_OVERLAP";
+    pub const IO_ERROR: &str = "IO_ERROR";
+    pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
+    pub const INVALID_WORKSPACE: &str = "INVALID_WORKSPACE";
+    pub const TOO_MANY_SESSIONS: &str = "TOO_MANY_SESSIONS";
+}
+
+/// Builds a status with an ErrorInfo.
+fn status(code: Code, reason: &str, message: String, meta: &[(&str, String)]) -> Status {
+    let metadata: HashMap<String, String> = meta
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    Status::with_error_details(
+        code,
+        message,
+        ErrorDetails::with_error_info(reason, DOMAIN, metadata),
+    )
+}
+
+const UNCHANGED: &str = "Nothing was changed.";
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Status {
+        match err {
+            Error::Workspace(e) => workspace_status(e),
+            Error::Session(e) => session_status(e),
+        }
+    }
+}
+
+impl From<workspace::Error> for Status {
+    fn from(err: workspace::Error) -> Status {
+        Error::from(err).into()
+    }
+}
+
+impl From<session::Error> for Status {
+    fn from(err: session::Error) -> Status {
+        Error::from(err).into()
+    }
+}
+
+fn workspace_status(err: workspace::Error) -> Status {
+    use workspace::Error as W;
+    match err {
+        W::InvalidPath { path, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_PATH,
+            format!(
+                "The path {path:?} is not usable: {why}. {UNCHANGED} Use a relative path inside the workspace."
+            ),
+            &[("path", path)],
+        ),
+        W::OutsideWorkspace { path } => status(
+            Code::PermissionDenied,
+            reason::PATH_OUTSIDE_WORKSPACE,
+            format!(
+                "The path {path:?} resolves outside the workspace (through \"..\", an absolute path or a symbolic link). \
+                 {UNCHANGED} Use a path inside the workspace, relative to its root."
+            ),
+            &[("path", path)],
+        ),
+        W::NotFound { path } => status(
+            Code::NotFound,
+            reason::FILE_NOT_FOUND,
+            format!(
+                "{path} does not exist. {UNCHANGED} Check the path with ListDir or FindFiles; to make a new file use CreateFile."
+            ),
+            &[("path", path)],
+        ),
+        W::NotAFile { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_A_FILE,
+            format!(
+                "{path} is a directory or special file, not a regular file. {UNCHANGED} Use ListDir to see what it holds."
+            ),
+            &[("path", path)],
+        ),
+        W::NotADirectory { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_A_DIRECTORY,
+            format!(
+                "{path} (or a parent of it) is not a directory. {UNCHANGED} Check the path with ListDir."
+            ),
+            &[("path", path)],
+        ),
+        W::Exists { path } => status(
+            Code::AlreadyExists,
+            reason::FILE_EXISTS,
+            format!(
+                "{path} already exists. {UNCHANGED} To change it, read it with ReadFile and use EditFile."
+            ),
+            &[("path", path)],
+        ),
+        W::TooLarge { path, size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "{path} is {size} bytes, over the limit of {limit} bytes. {UNCHANGED} \
+                 Work on it with a command instead (for example sed or a script)."
+            ),
+            &[
+                ("path", path),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
+        W::NotText { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_TEXT,
+            format!(
+                "{path} is not UTF-8 text (it is binary or uses another encoding). {UNCHANGED} \
+                 Inspect or change it with a command instead."
+            ),
+            &[("path", path)],
+        ),
+        W::Stale {
+            path,
+            expected,
+            actual,
+        } => status(
+            Code::Aborted,
+            reason::STALE_FILE,
+            format!(
+                "{path} changed since you read it (sha256 is {actual}, expected {expected}). {UNCHANGED} \
+                 Read the file again and redo the edit against its current text."
+            ),
+            &[
+                ("path", path),
+                ("expected_sha256", expected),
+                ("actual_sha256", actual),
+            ],
+        ),
+        W::LineOutOfRange {
+            path,
+            offset,
+            total,
+        } => status(
+            Code::OutOfRange,
+            reason::LINE_OUT_OF_RANGE,
+            format!(
+                "Line {offset} is past the end of {path}, which has {total} lines. Read from an offset between 1 and {total}."
+            ),
+            &[
+                ("path", path),
+                ("offset", offset.to_string()),
+                ("total_lines", total.to_string()),
+            ],
+        ),
+        W::InvalidPattern { pattern, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_PATTERN,
+            format!("The pattern {pattern:?} does not parse: {why}. Fix the pattern and retry."),
+            &[("pattern", pattern)],
+        ),
+        W::Edit { path, source } => edit_status(path, source),
+        W::Io { op, path, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "Could not {op} {path}: {source}. The operation did not complete; the file is as it was before the call."
+            ),
+            &[("path", path), ("op", op.to_string())],
+        ),
+    }
+}
+
+fn edit_status(path: String, err: EditError) -> Status {
+    match err {
+        EditError::NoEdits => status(
+            Code::InvalidArgument,
+            reason::NO_EDITS,
+            format!(
+                "No edits were given for {path}. {UNCHANGED} Pass at least one edit with old_string and new_string."
+            ),
+            &[("path", path)],
+        ),
+        EditError::EmptyOldString { which } => status(
+            Code::InvalidArgument,
+            reason::EMPTY_OLD_STRING,
+            format!(
+                "old_string{which} is empty. {UNCHANGED} Copy the exact text to replace from the file; \
+                 to make a new file use CreateFile."
+            ),
+            &[("path", path), ("edit_index", which.index.to_string())],
+        ),
+        EditError::NoChange { which } => status(
+            Code::InvalidArgument,
+            reason::NO_CHANGE,
+            format!(
+                "old_string and new_string{which} are identical, so the edit would change nothing. {UNCHANGED}"
+            ),
+            &[("path", path), ("edit_index", which.index.to_string())],
+        ),
+        EditError::NotFound { which, endings } => {
+            let hint = match endings {
+                LineEndings::Mixed => {
+                    " The file mixes CRLF and LF line endings, so old_string must match its line endings byte for byte."
+                }
+                LineEndings::Lf | LineEndings::Crlf => "",
+            };
+            status(
+                Code::FailedPrecondition,
+                reason::OLD_STRING_NOT_FOUND,
+                format!(
+                    "old_string{which} cannot be found in {path}. {UNCHANGED} The file may have changed since you \
+                     read it, or old_string differs in whitespace or indentation.{hint} Read the file again and copy \
+                     old_string exactly."
+                ),
+                &[("path", path), ("edit_index", which.index.to_string())],
+            )
+        }
+        EditError::Ambiguous {
+            which,
+            count,
+            lines,
+        } => {
+            let listed = lines
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = if count > lines.len() { ", ..." } else { "" };
+            status(
+                Code::FailedPrecondition,
+                reason::OLD_STRING_AMBIGUOUS,
+                format!(
+                    "old_string{which} occurs {count} times in {path} (lines {listed}{more}). {UNCHANGED} Include more \
+                     surrounding lines in old_string so it matches exactly one place, or set replace_all to change \
+                     every occurrence."
+                ),
+                &[
+                    ("path", path),
+                    ("edit_index", which.index.to_string()),
+                    ("count", count.to_string()),
+                    ("lines", listed),
+                ],
+            )
+        }
+        EditError::Overlap {
+            first,
+            second,
+            line,
+        } => status(
+            Code::InvalidArgument,
+            reason::EDITS_OVERLAP,
+            format!(
+                "Edits {} and {} overlap at line {line} of {path}. {UNCHANGED} All edits of one call are matched \
+                 against the same original text; merge them into one edit or make them touch separate text.",
+                first + 1,
+                second + 1
+            ),
+            &[("path", path), ("line", line.to_string())],
+        ),
+        EditError::NotText => workspace_status(workspace::Error::NotText { path }),
+    }
+}
+
+fn session_status(err: session::Error) -> Status {
+    use session::Error as S;
+    match err {
+        S::NotFound { id } => status(
+            Code::NotFound,
+            reason::SESSION_NOT_FOUND,
+            format!(
+                "Session {id:?} does not exist (it was closed, expired, or never created). Create a new session with CreateSession."
+            ),
+            &[("session_id", id)],
+        ),
+        S::WorkspaceNotAllowed { path, allowed } => {
+            let roots = if allowed.is_empty() {
+                "the operator allows no existing directories (serve --allow-root)".to_string()
+            } else {
+                let list: Vec<String> = allowed.iter().map(|p| p.display().to_string()).collect();
+                format!("allowed roots: {}", list.join(", "))
+            };
+            status(
+                Code::PermissionDenied,
+                reason::PATH_OUTSIDE_WORKSPACE,
+                format!(
+                    "{path} is not under an allowed workspace root ({roots}). No session was created. Name an \
+                     absolute directory under an allowed root, or omit workspace_path for a fresh workspace."
+                ),
+                &[("path", path)],
+            )
+        }
+        S::OpenWorkspace { path, source } => status(
+            Code::InvalidArgument,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "The workspace directory {path} cannot be opened: {source}. No session was created. Name an existing directory."
+            ),
+            &[("path", path)],
+        ),
+        S::TooMany { limit } => status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_SESSIONS,
+            format!(
+                "The service already holds its limit of {limit} sessions. Close a session you no longer need, then retry."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        S::CreateWorkspace(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The service could not create a workspace directory: {e}. No session was created. Retry later or tell the operator."
+            ),
+            &[],
+        ),
+    }
+}

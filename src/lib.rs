@@ -1,0 +1,17 @@
+//! sandboxd: a gRPC service that lets coding agents work on a codebase
+//! safely. It applies exact-match edits to a workspace directory and (in the
+//! sandbox layer) runs commands in throwaway, no-network containers.
+//!
+//! Layers, one way: `service` (wire) -> `session` -> `workspace` (host files).
+//! Only `service` and `convert` see generated `pb` types; `error` holds the
+//! one mapping from domain errors to gRPC statuses.
+
+#![warn(missing_docs)]
+
+pub mod convert;
+pub mod error;
+pub mod pb;
+pub mod server;
+pub mod service;
+pub mod session;
+pub mod workspace;

@@ -1,0 +1,73 @@
+//! Assembles and runs the gRPC server: the Sandbox service, the standard
+//! health service, reflection (v1 and v1alpha, for grpcurl), and the idle
+//! session reaper. On shutdown every session is closed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+
+use crate::pb::{self, sandbox_server::SandboxServer};
+use crate::service::SandboxService;
+use crate::session::Registry;
+
+/// Largest request or reply message: a 10 MiB file plus framing.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The reflection service could not be built from the descriptors.
+    #[error("building the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    /// The transport failed.
+    #[error("serving gRPC: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves on `listener` until `shutdown` resolves, then closes all sessions.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    reap_interval: Duration,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<SandboxServer<SandboxService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET);
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let reaper = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        async move {
+            let mut tick = tokio::time::interval(reap_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                registry.reap_expired().await;
+            }
+        }
+    });
+
+    let result = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection.build_v1()?)
+        .add_service(reflection_v1alpha)
+        .add_service(sandbox)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    reaper.abort();
+    registry.close_all().await;
+    Ok(result?)
+}

@@ -1,0 +1,103 @@
+//! The tonic adapter: each handler unpacks the request, calls the domain,
+//! lets `error` map a failure, and packs the reply. No logic lives here.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::pb::{self, sandbox_server::Sandbox};
+use crate::session::Registry;
+
+/// The `sandboxd.v1.Sandbox` service over a session registry.
+#[derive(Debug, Clone)]
+pub struct SandboxService {
+    registry: Arc<Registry>,
+}
+
+impl SandboxService {
+    /// A service answering from `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        SandboxService { registry }
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl Sandbox for SandboxService {
+    async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Reply<pb::Session> {
+        let info = self.registry.create(req.into_inner().into()).await?;
+        Ok(Response::new(info.into()))
+    }
+
+    async fn get_session(&self, req: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
+        let session = self.registry.get(&req.into_inner().session_id)?;
+        Ok(Response::new(session.info().into()))
+    }
+
+    async fn list_sessions(
+        &self,
+        _req: Request<pb::ListSessionsRequest>,
+    ) -> Reply<pb::ListSessionsResponse> {
+        let sessions = self.registry.list().into_iter().map(Into::into).collect();
+        Ok(Response::new(pb::ListSessionsResponse { sessions }))
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<pb::CloseSessionRequest>,
+    ) -> Reply<pb::CloseSessionResponse> {
+        let closed = self.registry.close(&req.into_inner().session_id).await?;
+        Ok(Response::new(closed.into()))
+    }
+
+    async fn read_file(&self, req: Request<pb::ReadFileRequest>) -> Reply<pb::ReadFileResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.workspace.read(&r.path, r.offset, r.limit).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn create_file(
+        &self,
+        req: Request<pb::CreateFileRequest>,
+    ) -> Reply<pb::CreateFileResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.workspace.create(&r.path, r.content).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn edit_file(&self, req: Request<pb::EditFileRequest>) -> Reply<pb::EditFileResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let edits = r.edits.into_iter().map(Into::into).collect();
+        let expected = (!r.expected_sha256.is_empty()).then_some(r.expected_sha256);
+        let out = session.workspace.edit(&r.path, edits, expected).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Reply<pb::ListDirResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.workspace.list_dir(&r.path).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn find_files(&self, req: Request<pb::FindFilesRequest>) -> Reply<pb::FindFilesResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.workspace.find(&r.pattern, &r.path, r.limit).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn search_files(
+        &self,
+        req: Request<pb::SearchFilesRequest>,
+    ) -> Reply<pb::SearchFilesResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.workspace.search(r.into()).await?;
+        Ok(Response::new(out.into()))
+    }
+}

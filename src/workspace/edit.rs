@@ -1,0 +1,685 @@
+//! The exact-match edit engine: a pure function from a file's bytes and a list
+//! of edits to the new bytes, or a refusal. No I/O happens here, so every rule
+//! of the handbook's "Editing" list is testable in isolation.
+//!
+//! Rules: old text must occur exactly once (or `replace_all`), never fuzzy;
+//! several edits are matched against the same original, must not overlap and
+//! apply all or nothing; a file whose line breaks are all CRLF is matched on
+//! its LF-normalised text and written back with CRLF; a UTF-8 BOM is kept; a
+//! file with mixed line endings is edited byte-exactly.
+
+use std::fmt;
+use std::time::Duration;
+
+use similar::TextDiff;
+
+/// One requested replacement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditSpec {
+    /// Exact text to replace; must not be empty.
+    pub old: String,
+    /// Replacement text; empty deletes `old`.
+    pub new: String,
+    /// Replace every occurrence instead of requiring exactly one.
+    pub replace_all: bool,
+}
+
+/// What an accepted edit produced.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The complete new file contents, BOM and line endings restored.
+    pub bytes: Vec<u8>,
+    /// Sites replaced across all edits.
+    pub replacements: usize,
+    /// 1-based line (in the original, which is also the new file's numbering
+    /// up to that point) where the first change starts.
+    pub first_changed_line: usize,
+    /// Lines after minus lines before.
+    pub line_delta: i64,
+    /// Unified diff of the LF-normalised texts, capped at [`DIFF_CAP`] bytes.
+    pub diff: String,
+    /// True when `diff` was cut at the cap.
+    pub diff_truncated: bool,
+}
+
+/// Largest diff returned in a reply; a bigger one is cut at a line boundary.
+pub const DIFF_CAP: usize = 64 * 1024;
+
+/// Line numbers listed in an ambiguity refusal; the count is always complete.
+const MAX_LISTED_LINES: usize = 20;
+
+/// Which edit of a multi-edit call a refusal is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Which {
+    /// 0-based index into the request's edits.
+    pub index: usize,
+    /// Number of edits in the request.
+    pub total: usize,
+}
+
+impl fmt::Display for Which {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.total > 1 {
+            write!(f, " (edit {} of {})", self.index + 1, self.total)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Line-ending style of a text file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineEndings {
+    /// Only LF line breaks, or none at all.
+    Lf,
+    /// Every line break is CRLF.
+    Crlf,
+    /// Both CRLF and bare LF occur: edits match byte for byte.
+    Mixed,
+}
+
+/// Why an edit was refused. In every case the file is left unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// The request carried no edits.
+    #[error("no edits were given")]
+    NoEdits,
+    /// An edit's old text is empty.
+    #[error("old_string{which} is empty")]
+    EmptyOldString {
+        /// The edit concerned.
+        which: Which,
+    },
+    /// An edit's old and new text are identical.
+    #[error("old_string and new_string{which} are identical")]
+    NoChange {
+        /// The edit concerned.
+        which: Which,
+    },
+    /// The old text does not occur.
+    #[error("old_string{which} cannot be found")]
+    NotFound {
+        /// The edit concerned.
+        which: Which,
+        /// The file's line endings, to explain near misses.
+        endings: LineEndings,
+    },
+    /// The old text occurs more than once and `replace_all` is not set.
+    #[error("old_string{which} occurs {count} times")]
+    Ambiguous {
+        /// The edit concerned.
+        which: Which,
+        /// Number of (possibly overlapping) occurrences.
+        count: usize,
+        /// 1-based lines of the first occurrences (at most 20).
+        lines: Vec<usize>,
+    },
+    /// Two edits of one call touch the same text.
+    #[error("edits {} and {} overlap at line {line}", first + 1, second + 1)]
+    Overlap {
+        /// 0-based index of the earlier edit in the request.
+        first: usize,
+        /// 0-based index of the later edit in the request.
+        second: usize,
+        /// 1-based line where they meet.
+        line: usize,
+    },
+    /// The file is not UTF-8 text (invalid UTF-8 or a NUL byte).
+    #[error("the file is not UTF-8 text")]
+    NotText,
+}
+
+/// A text file split into the parts the engine keeps apart.
+#[derive(Debug)]
+pub struct Decoded<'a> {
+    /// Whether the file starts with a UTF-8 byte-order mark.
+    pub bom: bool,
+    /// The file's line-ending style.
+    pub endings: LineEndings,
+    /// The text without BOM, exactly as stored.
+    pub text: &'a str,
+}
+
+const BOM: &str = "\u{feff}";
+
+/// Splits `bytes` into BOM, line-ending style and text; refuses non-text.
+pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, EditError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| EditError::NotText)?;
+    if text.as_bytes().contains(&0) {
+        return Err(EditError::NotText);
+    }
+    let (bom, text) = match text.strip_prefix(BOM) {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    Ok(Decoded {
+        bom,
+        endings: line_endings(text),
+        text,
+    })
+}
+
+/// Classifies the line breaks of `text`.
+pub fn line_endings(text: &str) -> LineEndings {
+    let lf = text.bytes().filter(|&b| b == b'\n').count();
+    if lf == 0 {
+        return LineEndings::Lf;
+    }
+    let crlf = text.matches("\r\n").count();
+    match crlf {
+        0 => LineEndings::Lf,
+        n if n == lf => LineEndings::Crlf,
+        _ => LineEndings::Mixed,
+    }
+}
+
+/// Number of lines: a final line without a newline counts, an empty file has 0.
+pub fn count_lines(text: &str) -> usize {
+    let newlines = text.bytes().filter(|&b| b == b'\n').count();
+    if text.is_empty() || text.ends_with('\n') {
+        newlines
+    } else {
+        newlines + 1
+    }
+}
+
+/// Refusals that need no file: no edits, an empty old text, or old equal to
+/// new.
+pub fn validate(edits: &[EditSpec]) -> Result<(), EditError> {
+    if edits.is_empty() {
+        return Err(EditError::NoEdits);
+    }
+    let total = edits.len();
+    for (index, e) in edits.iter().enumerate() {
+        let which = Which { index, total };
+        if e.old.is_empty() {
+            return Err(EditError::EmptyOldString { which });
+        }
+        if e.old == e.new {
+            return Err(EditError::NoChange { which });
+        }
+    }
+    Ok(())
+}
+
+/// One replacement site in the working text.
+#[derive(Debug, Clone, Copy)]
+struct Site {
+    start: usize,
+    end: usize,
+    edit: usize,
+}
+
+/// Applies `edits` to the file `bytes`, or refuses without producing anything.
+///
+/// `label` names the file in the diff header.
+pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, EditError> {
+    validate(edits)?;
+    let total = edits.len();
+    let decoded = decode(bytes)?;
+    let crlf = decoded.endings == LineEndings::Crlf;
+    // In a pure-CRLF file matching happens on LF text; the model's strings are
+    // normalised the same way, so either spelling of a line break matches.
+    let owned_text;
+    let text: &str = if crlf {
+        owned_text = decoded.text.replace("\r\n", "\n");
+        &owned_text
+    } else {
+        decoded.text
+    };
+    let normalised: Vec<(String, String)> = edits
+        .iter()
+        .map(|e| {
+            if crlf {
+                (e.old.replace("\r\n", "\n"), e.new.replace("\r\n", "\n"))
+            } else {
+                (e.old.clone(), e.new.clone())
+            }
+        })
+        .collect();
+
+    let mut sites = Vec::new();
+    for (index, ((old, _), spec)) in normalised.iter().zip(edits).enumerate() {
+        let which = Which { index, total };
+        if spec.replace_all {
+            let before = sites.len();
+            sites.extend(text.match_indices(old.as_str()).map(|(start, m)| Site {
+                start,
+                end: start + m.len(),
+                edit: index,
+            }));
+            if sites.len() == before {
+                return Err(EditError::NotFound {
+                    which,
+                    endings: decoded.endings,
+                });
+            }
+        } else {
+            let starts = occurrences(text, old);
+            match starts.len() {
+                0 => {
+                    return Err(EditError::NotFound {
+                        which,
+                        endings: decoded.endings,
+                    });
+                }
+                1 => sites.push(Site {
+                    start: starts[0],
+                    end: starts[0] + old.len(),
+                    edit: index,
+                }),
+                count => {
+                    let lines = line_numbers(text, starts.iter().copied().take(MAX_LISTED_LINES));
+                    return Err(EditError::Ambiguous {
+                        which,
+                        count,
+                        lines,
+                    });
+                }
+            }
+        }
+    }
+    sites.sort_by_key(|s| s.start);
+    for pair in sites.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b.start < a.end {
+            return Err(EditError::Overlap {
+                first: a.edit.min(b.edit),
+                second: a.edit.max(b.edit),
+                line: line_numbers(text, [b.start])[0],
+            });
+        }
+    }
+
+    let mut out = String::with_capacity(text.len());
+    let mut cursor = 0;
+    for s in &sites {
+        out.push_str(&text[cursor..s.start]);
+        out.push_str(&normalised[s.edit].1);
+        cursor = s.end;
+    }
+    out.push_str(&text[cursor..]);
+
+    let first_changed_line = line_numbers(text, [sites[0].start])[0];
+    let line_delta = count_lines(&out) as i64 - count_lines(text) as i64;
+    let (diff, diff_truncated) = unified_diff(text, &out, label);
+
+    let mut bytes = Vec::with_capacity(out.len() + out.len() / 32 + 3);
+    if decoded.bom {
+        bytes.extend_from_slice(BOM.as_bytes());
+    }
+    if crlf {
+        bytes.extend_from_slice(out.replace('\n', "\r\n").as_bytes());
+    } else {
+        bytes.extend_from_slice(out.as_bytes());
+    }
+    Ok(Applied {
+        bytes,
+        replacements: sites.len(),
+        first_changed_line,
+        line_delta,
+        diff,
+        diff_truncated,
+    })
+}
+
+/// Start offsets of every occurrence of `needle`, overlapping ones included:
+/// "aa" occurs twice in "aaa", and a unique match must be unique in that sense.
+fn occurrences(haystack: &str, needle: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut from = 0;
+    while let Some(found) = haystack[from..].find(needle) {
+        let start = from + found;
+        starts.push(start);
+        // Advance one character, not one byte, to stay on a char boundary.
+        let step = haystack[start..].chars().next().map_or(1, char::len_utf8);
+        from = start + step;
+    }
+    starts
+}
+
+/// 1-based line numbers of ascending byte offsets, in one pass.
+fn line_numbers(text: &str, offsets: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    let bytes = text.as_bytes();
+    let mut line = 1;
+    let mut pos = 0;
+    offsets
+        .into_iter()
+        .map(|off| {
+            line += bytes[pos..off].iter().filter(|&&b| b == b'\n').count();
+            pos = off;
+            line
+        })
+        .collect()
+}
+
+/// Unified diff with 3 lines of context, cut at a line boundary past [`DIFF_CAP`].
+fn unified_diff(old: &str, new: &str, label: &str) -> (String, bool) {
+    let diff = TextDiff::configure()
+        .timeout(Duration::from_millis(500))
+        .diff_lines(old, new);
+    let mut text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{label}"), &format!("b/{label}"))
+        .to_string();
+    if text.len() <= DIFF_CAP {
+        return (text, false);
+    }
+    let mut cut = DIFF_CAP;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = text[..cut].rfind('\n').map_or(0, |i| i + 1);
+    text.truncate(cut);
+    (text, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn edit(old: &str, new: &str) -> EditSpec {
+        EditSpec {
+            old: old.into(),
+            new: new.into(),
+            replace_all: false,
+        }
+    }
+
+    fn all(old: &str, new: &str) -> EditSpec {
+        EditSpec {
+            replace_all: true,
+            ..edit(old, new)
+        }
+    }
+
+    fn apply_str(text: &str, edits: &[EditSpec]) -> Result<Applied, EditError> {
+        apply(text.as_bytes(), edits, "f.txt")
+    }
+
+    #[test]
+    fn unique_match_is_replaced() {
+        let out = apply_str("a\nb\nc\n", &[edit("b", "B")]).unwrap();
+        assert_eq!(out.bytes, b"a\nB\nc\n");
+        assert_eq!(out.replacements, 1);
+        assert_eq!(out.first_changed_line, 2);
+        assert_eq!(out.line_delta, 0);
+        assert!(out.diff.contains("-b\n+B\n"), "{}", out.diff);
+        assert!(out.diff.starts_with("--- a/f.txt\n+++ b/f.txt\n"));
+    }
+
+    #[test]
+    fn missing_text_is_refused() {
+        let err = apply_str("a\nb\n", &[edit("x", "y")]).unwrap_err();
+        assert!(matches!(err, EditError::NotFound { .. }));
+    }
+
+    #[test]
+    fn whitespace_differences_do_not_match() {
+        let err =
+            apply_str("    return a - b;\n", &[edit("  return a - b;\n  ", "x")]).unwrap_err();
+        assert!(matches!(err, EditError::NotFound { .. }));
+        let err = apply_str("return a - b;\n", &[edit("return a -  b;", "x")]).unwrap_err();
+        assert!(matches!(err, EditError::NotFound { .. }));
+    }
+
+    #[test]
+    fn ambiguous_match_reports_count_and_lines() {
+        let err = apply_str("x\ny\nx\nz\nx\n", &[edit("x", "q")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::Ambiguous {
+                which: Which { index: 0, total: 1 },
+                count: 3,
+                lines: vec![1, 3, 5]
+            }
+        );
+    }
+
+    #[test]
+    fn overlapping_occurrences_count_as_ambiguous() {
+        let err = apply_str("aaa", &[edit("aa", "b")]).unwrap_err();
+        assert!(matches!(err, EditError::Ambiguous { count: 2, .. }));
+    }
+
+    #[test]
+    fn replace_all_reports_every_site() {
+        let out = apply_str("x y x y x", &[all("x", "zz")]).unwrap();
+        assert_eq!(out.bytes, b"zz y zz y zz");
+        assert_eq!(out.replacements, 3);
+    }
+
+    #[test]
+    fn empty_old_string_is_refused() {
+        let err = apply_str("abc", &[edit("", "x")]).unwrap_err();
+        assert!(matches!(err, EditError::EmptyOldString { .. }));
+    }
+
+    #[test]
+    fn empty_new_string_deletes() {
+        let out = apply_str("keep\ndrop\nkeep2\n", &[edit("drop\n", "")]).unwrap();
+        assert_eq!(out.bytes, b"keep\nkeep2\n");
+        assert_eq!(out.line_delta, -1);
+    }
+
+    #[test]
+    fn identical_strings_are_refused() {
+        let err = apply_str("abc", &[edit("b", "b")]).unwrap_err();
+        assert!(matches!(err, EditError::NoChange { .. }));
+    }
+
+    #[test]
+    fn multi_edits_match_the_original_not_each_other() {
+        // The second edit's old text only exists before the first is applied.
+        let out = apply_str("one two", &[edit("one", "two"), edit("two", "three")]).unwrap();
+        assert_eq!(out.bytes, b"two three");
+        assert_eq!(out.replacements, 2);
+    }
+
+    #[test]
+    fn one_bad_edit_refuses_all() {
+        let err =
+            apply_str("a b c", &[edit("a", "A"), edit("zz", "Z"), edit("c", "C")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::NotFound {
+                which: Which { index: 1, total: 3 },
+                endings: LineEndings::Lf
+            }
+        );
+    }
+
+    #[test]
+    fn overlapping_edits_are_refused() {
+        let err = apply_str("abcdef", &[edit("abcd", "x"), edit("cdef", "y")]).unwrap_err();
+        assert!(matches!(
+            err,
+            EditError::Overlap {
+                first: 0,
+                second: 1,
+                line: 1
+            }
+        ));
+    }
+
+    #[test]
+    fn adjacent_edits_are_fine() {
+        let out = apply_str("abcdef", &[edit("abc", "1"), edit("def", "2")]).unwrap();
+        assert_eq!(out.bytes, b"12");
+    }
+
+    #[test]
+    fn crlf_file_matches_lf_text_and_keeps_crlf() {
+        let src = "fn a() {\r\n    1\r\n}\r\n";
+        let out = apply_str(src, &[edit("{\n    1\n}", "{\n    2\n    3\n}")]).unwrap();
+        assert_eq!(out.bytes, b"fn a() {\r\n    2\r\n    3\r\n}\r\n");
+        assert_eq!(out.line_delta, 1);
+        // The CRLF spelling of old_string matches as well.
+        let out = apply_str(src, &[edit("{\r\n    1", "{\r\n    9")]).unwrap();
+        assert_eq!(out.bytes, b"fn a() {\r\n    9\r\n}\r\n");
+    }
+
+    #[test]
+    fn bom_is_kept() {
+        let src = "\u{feff}hello\nworld\n";
+        let out = apply_str(src, &[edit("hello", "bye")]).unwrap();
+        assert_eq!(out.bytes, "\u{feff}bye\nworld\n".as_bytes());
+    }
+
+    #[test]
+    fn mixed_endings_are_edited_byte_exactly() {
+        let src = "a\r\nb\nc\r\n";
+        let err = apply_str(src, &[edit("a\nb", "x")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::NotFound {
+                which: Which { index: 0, total: 1 },
+                endings: LineEndings::Mixed
+            }
+        );
+        let out = apply_str(src, &[edit("a\r\nb\n", "z\n")]).unwrap();
+        assert_eq!(out.bytes, b"z\nc\r\n");
+    }
+
+    #[test]
+    fn binary_and_invalid_utf8_are_refused() {
+        assert_eq!(
+            apply(b"a\0b", &[edit("a", "b")], "f").unwrap_err(),
+            EditError::NotText
+        );
+        assert_eq!(
+            apply(b"a\xffb", &[edit("a", "b")], "f").unwrap_err(),
+            EditError::NotText
+        );
+    }
+
+    #[test]
+    fn no_edits_is_refused() {
+        assert_eq!(apply_str("abc", &[]).unwrap_err(), EditError::NoEdits);
+    }
+
+    #[test]
+    fn line_counting() {
+        assert_eq!(count_lines(""), 0);
+        assert_eq!(count_lines("a"), 1);
+        assert_eq!(count_lines("a\n"), 1);
+        assert_eq!(count_lines("a\nb"), 2);
+        assert_eq!(count_lines("\n\n"), 2);
+    }
+
+    #[test]
+    fn multibyte_text_is_handled_on_char_boundaries() {
+        let out = apply_str("ééé ü", &[edit("ü", "u")]).unwrap();
+        assert_eq!(out.bytes, "ééé u".as_bytes());
+        let err = apply_str("ééé", &[edit("éé", "e")]).unwrap_err();
+        assert!(matches!(err, EditError::Ambiguous { count: 2, .. }));
+    }
+
+    #[test]
+    fn huge_diff_is_capped_on_a_line_boundary() {
+        let src: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        let out = apply_str(&src, &[all("line", "LINE")]).unwrap();
+        assert!(out.diff_truncated);
+        assert!(out.diff.len() <= DIFF_CAP);
+        assert!(out.diff.ends_with('\n'));
+        assert_eq!(out.replacements, 20_000);
+    }
+
+    /// Counts non-overlapping occurrences like `str::matches` and overlapping
+    /// ones like the uniqueness rule, independently of the engine.
+    fn naive_overlapping(hay: &str, needle: &str) -> usize {
+        (0..hay.len())
+            .filter(|&i| hay.is_char_boundary(i) && hay[i..].starts_with(needle))
+            .count()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// For random files and random edits: a refused edit produces nothing
+        /// (the caller keeps the original bytes); an accepted one changes
+        /// exactly the counted sites and nothing else.
+        #[test]
+        fn accepted_edits_change_exactly_the_counted_sites(
+            text in "[abc\n]{0,60}",
+            old in "[abc\n]{1,4}",
+            new in "[xyz\n]{0,4}",
+            replace_all in any::<bool>(),
+        ) {
+            let spec = EditSpec { old: old.clone(), new: new.clone(), replace_all };
+            let overlapping = naive_overlapping(&text, &old);
+            match apply(text.as_bytes(), std::slice::from_ref(&spec), "f") {
+                Ok(out) => {
+                    let expected = text.replace(&old, &new);
+                    prop_assert_eq!(out.bytes, expected.into_bytes());
+                    if replace_all {
+                        prop_assert_eq!(out.replacements, text.matches(&old).count());
+                    } else {
+                        prop_assert_eq!(overlapping, 1);
+                        prop_assert_eq!(out.replacements, 1);
+                    }
+                }
+                Err(EditError::NotFound { .. }) => prop_assert_eq!(overlapping, 0),
+                Err(EditError::NoChange { .. }) => prop_assert_eq!(old, new),
+                Err(EditError::Ambiguous { count, .. }) => {
+                    prop_assert!(!replace_all);
+                    prop_assert_eq!(count, overlapping);
+                    prop_assert!(count > 1);
+                }
+                Err(e) => prop_assert!(false, "unexpected refusal {e:?}"),
+            }
+        }
+
+        /// Two edits at once: accepted exactly when each is unique and they do
+        /// not overlap, and then both sites change and the rest is intact.
+        #[test]
+        fn multi_edit_is_all_or_nothing(
+            text in "[abcd ]{0,40}",
+            old1 in "[abcd]{1,3}",
+            old2 in "[abcd]{1,3}",
+        ) {
+            let edits = [
+                EditSpec { old: old1.clone(), new: "X".into(), replace_all: false },
+                EditSpec { old: old2.clone(), new: "Y".into(), replace_all: false },
+            ];
+            let unique1 = naive_overlapping(&text, &old1) == 1;
+            let unique2 = naive_overlapping(&text, &old2) == 1;
+            match apply(text.as_bytes(), &edits, "f") {
+                Ok(out) => {
+                    prop_assert!(unique1 && unique2);
+                    let (s1, s2) = (text.find(&old1).unwrap(), text.find(&old2).unwrap());
+                    let (e1, e2) = (s1 + old1.len(), s2 + old2.len());
+                    prop_assert!(e1 <= s2 || e2 <= s1);
+                    let mut expected = text.clone();
+                    if s1 < s2 {
+                        expected.replace_range(s2..e2, "Y");
+                        expected.replace_range(s1..e1, "X");
+                    } else {
+                        expected.replace_range(s1..e1, "X");
+                        expected.replace_range(s2..e2, "Y");
+                    }
+                    prop_assert_eq!(out.bytes, expected.into_bytes());
+                }
+                Err(EditError::NotFound { .. } | EditError::Ambiguous { .. }) => {
+                    prop_assert!(!(unique1 && unique2));
+                }
+                Err(EditError::Overlap { .. }) => prop_assert!(unique1 && unique2),
+                Err(EditError::NoChange { .. }) => prop_assert!(false, "X/Y never equal old"),
+                Err(e) => prop_assert!(false, "unexpected refusal {e:?}"),
+            }
+        }
+
+        /// CRLF files round-trip: editing with LF strings writes CRLF only.
+        #[test]
+        fn crlf_files_stay_crlf(lines in proptest::collection::vec("[ab]{1,3}", 1..8), new in "[xy\n]{1,4}") {
+            let text: String = lines.iter().map(|l| format!("{l}\r\n")).collect();
+            let target = format!("{}\n", lines[0]);
+            if let Ok(out) = apply(text.as_bytes(), &[EditSpec { old: target, new: new.clone(), replace_all: true }], "f") {
+                let s = String::from_utf8(out.bytes).unwrap();
+                prop_assert!(!s.replace("\r\n", "").contains('\n'));
+            }
+        }
+    }
+}

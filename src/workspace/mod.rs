@@ -1,0 +1,810 @@
+//! Host-side file tools over one workspace directory: read, create, edit,
+//! list, find and search. Owns path confinement ([`path`]), the edit engine
+//! ([`edit`]), atomic writes ([`write`]), per-file write queues ([`lock`]) and
+//! confined walks ([`walk`]). Blocking file I/O runs on tokio's blocking pool.
+
+pub mod edit;
+pub mod lock;
+pub mod path;
+pub mod walk;
+pub mod write;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use globset::{GlobBuilder, GlobMatcher};
+use regex::RegexBuilder;
+use rustix::fs::{FileType, Mode, OFlags, Stat};
+use sha2::{Digest, Sha256};
+
+pub use edit::{EditError, EditSpec, LineEndings};
+use lock::PathLocks;
+use path::{RelPath, Root};
+use walk::{DirEntry, Flow};
+use write::Target;
+
+/// Why a file tool refused or failed. Every refusal leaves files unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The path is malformed (NUL byte, not UTF-8, names the root, too long).
+    #[error("invalid path {path:?}: {why}")]
+    InvalidPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The path leaves the workspace, by `..`, an absolute path or a symlink.
+    #[error("{path} is outside the workspace")]
+    OutsideWorkspace {
+        /// The path as given.
+        path: String,
+    },
+    /// Nothing exists at the path.
+    #[error("{path} does not exist")]
+    NotFound {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// The path is a directory or a special file where a file was needed.
+    #[error("{path} is not a regular file")]
+    NotAFile {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// The path (or one of its parents) is not a directory.
+    #[error("{path} is not a directory")]
+    NotADirectory {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// CreateFile found the path taken.
+    #[error("{path} already exists")]
+    Exists {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// The file or content is over the size ceiling.
+    #[error("{path} is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Workspace-relative path.
+        path: String,
+        /// Actual size.
+        size: u64,
+        /// Configured ceiling.
+        limit: u64,
+    },
+    /// The file is binary or not UTF-8.
+    #[error("{path} is not UTF-8 text")]
+    NotText {
+        /// Workspace-relative path.
+        path: String,
+    },
+    /// expected_sha256 does not match the file as stored.
+    #[error("{path} changed since it was read")]
+    Stale {
+        /// Workspace-relative path.
+        path: String,
+        /// Hash the caller expected.
+        expected: String,
+        /// Hash of the file now.
+        actual: String,
+    },
+    /// ReadFile's offset is past the last line.
+    #[error("line {offset} is past the end of {path} ({total} lines)")]
+    LineOutOfRange {
+        /// Workspace-relative path.
+        path: String,
+        /// Requested first line.
+        offset: u64,
+        /// Lines in the file.
+        total: u64,
+    },
+    /// A glob or regular expression does not parse.
+    #[error("invalid pattern {pattern:?}: {why}")]
+    InvalidPattern {
+        /// The pattern as given.
+        pattern: String,
+        /// Parser message.
+        why: String,
+    },
+    /// The edit engine refused the edits.
+    #[error("{path}: {source}")]
+    Edit {
+        /// Workspace-relative path.
+        path: String,
+        /// Engine refusal.
+        source: EditError,
+    },
+    /// An unexpected I/O failure.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Workspace-relative path.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Classifies an OS error met while working on `path`.
+    fn from_io(op: &'static str, path: &RelPath, source: io::Error) -> Error {
+        use rustix::io::Errno;
+        let path = path.to_string();
+        match Errno::from_io_error(&source) {
+            Some(Errno::NOENT) => Error::NotFound { path },
+            Some(Errno::XDEV) => Error::OutsideWorkspace { path },
+            Some(Errno::LOOP) => Error::InvalidPath {
+                path,
+                why: "it is a symbolic link that cannot be followed safely here, or a link loop",
+            },
+            Some(Errno::NOTDIR) => Error::NotADirectory { path },
+            Some(Errno::ISDIR) => Error::NotAFile { path },
+            Some(Errno::EXIST) => Error::Exists { path },
+            Some(Errno::NAMETOOLONG) => Error::InvalidPath {
+                path,
+                why: "it is too long",
+            },
+            _ => Error::Io { op, path, source },
+        }
+    }
+}
+
+/// Size and count ceilings of the file tools.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest file read, edited, searched or created.
+    pub max_file_bytes: u64,
+    /// Lines ReadFile returns when the request says 0.
+    pub read_default_lines: u64,
+    /// Most content bytes one ReadFile returns (whole lines only, unless a
+    /// single line is longer).
+    pub read_max_bytes: usize,
+    /// Most entries ListDir returns.
+    pub list_max_entries: usize,
+    /// FindFiles results when the request says 0.
+    pub find_default_limit: usize,
+    /// SearchFiles matches when the request says 0.
+    pub search_default_limit: usize,
+    /// Longest matched line SearchFiles returns, in characters.
+    pub search_line_chars: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_file_bytes: 10 * 1024 * 1024,
+            read_default_lines: 2000,
+            read_max_bytes: 256 * 1024,
+            list_max_entries: 5000,
+            find_default_limit: 1000,
+            search_default_limit: 200,
+            search_line_chars: 500,
+        }
+    }
+}
+
+/// A window of a file's lines.
+#[derive(Debug, Clone)]
+pub struct ReadOutput {
+    /// Workspace-relative path.
+    pub path: String,
+    /// The lines, endings included, BOM removed.
+    pub content: String,
+    /// First line in `content` (1-based; 0 for an empty file).
+    pub first_line: u64,
+    /// Last line in `content`.
+    pub last_line: u64,
+    /// Lines in the file.
+    pub total_lines: u64,
+    /// Hex sha256 of the stored bytes.
+    pub sha256: String,
+    /// Lines exist past `last_line`, or the last line was cut.
+    pub truncated: bool,
+    /// File size.
+    pub size_bytes: u64,
+    /// Summary such as "lines 1-40 of 120".
+    pub message: String,
+}
+
+/// Result of CreateFile.
+#[derive(Debug, Clone)]
+pub struct CreateOutput {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Hex sha256 of the new file.
+    pub sha256: String,
+    /// Lines in the new file.
+    pub total_lines: u64,
+    /// One-line summary.
+    pub message: String,
+}
+
+/// Result of EditFile.
+#[derive(Debug, Clone)]
+pub struct EditOutput {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Sites replaced.
+    pub replacements: u64,
+    /// 1-based line of the first change.
+    pub first_changed_line: u64,
+    /// Lines after minus lines before.
+    pub line_delta: i64,
+    /// Unified diff (capped).
+    pub diff: String,
+    /// The diff was cut.
+    pub diff_truncated: bool,
+    /// Hex sha256 of the file as written.
+    pub sha256: String,
+    /// One-line summary.
+    pub message: String,
+}
+
+/// Result of ListDir.
+#[derive(Debug, Clone)]
+pub struct ListOutput {
+    /// Workspace-relative path of the directory.
+    pub path: String,
+    /// Entries sorted by name.
+    pub entries: Vec<DirEntry>,
+    /// More entries exist.
+    pub truncated: bool,
+}
+
+/// Result of FindFiles.
+#[derive(Debug, Clone)]
+pub struct FindOutput {
+    /// Matching workspace-relative paths, sorted.
+    pub paths: Vec<String>,
+    /// More matches exist.
+    pub truncated: bool,
+}
+
+/// One line matching a search.
+#[derive(Debug, Clone)]
+pub struct SearchMatch {
+    /// Workspace-relative path.
+    pub path: String,
+    /// 1-based line number.
+    pub line: u64,
+    /// The line (without its ending), cut to the configured length.
+    pub text: String,
+}
+
+/// Result of SearchFiles.
+#[derive(Debug, Clone)]
+pub struct SearchOutput {
+    /// Matches in walk order.
+    pub matches: Vec<SearchMatch>,
+    /// More matches exist.
+    pub truncated: bool,
+    /// Files whose contents were searched.
+    pub files_searched: u64,
+}
+
+/// A SearchFiles request.
+#[derive(Debug, Clone, Default)]
+pub struct SearchQuery {
+    /// Regular expression, matched per line.
+    pub pattern: String,
+    /// Directory or file to search ("" for the root).
+    pub path: String,
+    /// Optional glob restricting the files searched.
+    pub glob: String,
+    /// Match case-insensitively.
+    pub case_insensitive: bool,
+    /// Maximum matches (0: default).
+    pub limit: u64,
+}
+
+/// The file tools over one workspace root. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: Root,
+    locks: Arc<PathLocks>,
+    limits: Limits,
+}
+
+impl Workspace {
+    /// Opens the directory `host` as a workspace. `locks` is shared by all
+    /// workspaces of a service.
+    pub fn open(host: &Path, locks: Arc<PathLocks>, limits: Limits) -> io::Result<Workspace> {
+        Ok(Workspace {
+            inner: Arc::new(Inner {
+                root: Root::at(host)?,
+                locks,
+                limits,
+            }),
+        })
+    }
+
+    /// Canonical host path of the workspace.
+    pub fn host_path(&self) -> &Path {
+        self.inner.root.host()
+    }
+
+    /// Reads lines `offset..offset+limit` (1-based; 0 means defaults).
+    pub async fn read(&self, path: &str, offset: u64, limit: u64) -> Result<ReadOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        let path = path.to_string();
+        blocking(move || inner.read(&path, offset, limit)).await
+    }
+
+    /// Creates a new file with `content`, and missing parent directories.
+    pub async fn create(&self, path: &str, content: String) -> Result<CreateOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        let rel = inner.root.rel(path)?;
+        let Some((parent, name)) = rel.split_last() else {
+            return Err(Error::InvalidPath {
+                path: path.to_string(),
+                why: "it names the workspace root, not a file",
+            });
+        };
+        let name = name.to_string();
+        if content.len() as u64 > inner.limits.max_file_bytes {
+            return Err(Error::TooLarge {
+                path: rel.to_string(),
+                size: content.len() as u64,
+                limit: inner.limits.max_file_bytes,
+            });
+        }
+        let real_parent = {
+            let inner = Arc::clone(&inner);
+            let parent = parent.clone();
+            blocking(move || {
+                inner
+                    .root
+                    .create_dirs(&parent)
+                    .and_then(|()| inner.root.real(&parent))
+                    .map_err(|e| Error::from_io("create directories for", &parent, e))
+            })
+            .await?
+        };
+        let _guard = inner.locks.lock(inner.key(&real_parent.join(&name))).await;
+        blocking(move || inner.create_locked(&rel, &real_parent, &name, content.as_bytes())).await
+    }
+
+    /// Applies `edits` to the file at `path`, all or nothing.
+    pub async fn edit(
+        &self,
+        path: &str,
+        edits: Vec<EditSpec>,
+        expected_sha256: Option<String>,
+    ) -> Result<EditOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        let rel = inner.root.rel(path)?;
+        edit::validate(&edits).map_err(|source| Error::Edit {
+            path: rel.to_string(),
+            source,
+        })?;
+        let real = {
+            let inner = Arc::clone(&inner);
+            let rel = rel.clone();
+            blocking(move || {
+                inner
+                    .root
+                    .real(&rel)
+                    .map_err(|e| Error::from_io("resolve", &rel, e))
+            })
+            .await?
+        };
+        let _guard = inner.locks.lock(inner.key(&real)).await;
+        blocking(move || inner.edit_locked(&rel, &real, &edits, expected_sha256.as_deref())).await
+    }
+
+    /// Lists one directory.
+    pub async fn list_dir(&self, path: &str) -> Result<ListOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        let path = path.to_string();
+        blocking(move || inner.list_dir(&path)).await
+    }
+
+    /// Finds files whose workspace-relative path matches the glob `pattern`.
+    pub async fn find(&self, pattern: &str, path: &str, limit: u64) -> Result<FindOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        let (pattern, path) = (pattern.to_string(), path.to_string());
+        blocking(move || inner.find(&pattern, &path, limit)).await
+    }
+
+    /// Searches file contents line by line with a regular expression.
+    pub async fn search(&self, query: SearchQuery) -> Result<SearchOutput, Error> {
+        let inner = Arc::clone(&self.inner);
+        blocking(move || inner.search(&query)).await
+    }
+}
+
+/// Runs blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Io {
+            op: "run file task",
+            path: String::new(),
+            source: io::Error::other(e.to_string()),
+        })?
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl Inner {
+    /// Write-queue key: the absolute real host path.
+    fn key(&self, real: &RelPath) -> PathBuf {
+        self.root.host().join(real.as_str())
+    }
+
+    /// Opens `rel` as a regular file for reading, checks its size and
+    /// returns its bytes and stat.
+    fn read_regular(
+        &self,
+        rel: &RelPath,
+        fd: io::Result<OwnedFd>,
+    ) -> Result<(Vec<u8>, Stat), Error> {
+        let fd = fd.map_err(|e| Error::from_io("open", rel, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::from_io("stat", rel, e.into()))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::NotAFile {
+                path: rel.to_string(),
+            });
+        }
+        let limit = self.limits.max_file_bytes;
+        if st.st_size as u64 > limit {
+            return Err(Error::TooLarge {
+                path: rel.to_string(),
+                size: st.st_size as u64,
+                limit,
+            });
+        }
+        let mut bytes = Vec::with_capacity(st.st_size as usize);
+        // take() guards against a file that grows while we read it.
+        File::from(fd)
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::from_io("read", rel, e))?;
+        if bytes.len() as u64 > limit {
+            return Err(Error::TooLarge {
+                path: rel.to_string(),
+                size: bytes.len() as u64,
+                limit,
+            });
+        }
+        Ok((bytes, st))
+    }
+
+    fn read(&self, path: &str, offset: u64, limit: u64) -> Result<ReadOutput, Error> {
+        let rel = self.root.rel(path)?;
+        let fd = self
+            .root
+            .open(&rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty());
+        let (bytes, _) = self.read_regular(&rel, fd)?;
+        let sha256 = sha256_hex(&bytes);
+        let text = edit::decode(&bytes)
+            .map_err(|_| Error::NotText {
+                path: rel.to_string(),
+            })?
+            .text;
+        let total = edit::count_lines(text) as u64;
+        let first = offset.max(1);
+        let limit = if limit == 0 {
+            self.limits.read_default_lines
+        } else {
+            limit
+        };
+        if total == 0 && first == 1 {
+            return Ok(ReadOutput {
+                path: rel.to_string(),
+                content: String::new(),
+                first_line: 0,
+                last_line: 0,
+                total_lines: 0,
+                sha256,
+                truncated: false,
+                size_bytes: bytes.len() as u64,
+                message: format!("{rel} is empty"),
+            });
+        }
+        if first > total {
+            return Err(Error::LineOutOfRange {
+                path: rel.to_string(),
+                offset: first,
+                total,
+            });
+        }
+        let mut content = String::new();
+        let mut last = first - 1;
+        let mut cut_line = false;
+        for line in text
+            .split_inclusive('\n')
+            .skip((first - 1) as usize)
+            .take(limit as usize)
+        {
+            if content.len() + line.len() > self.limits.read_max_bytes {
+                if content.is_empty() {
+                    // One line longer than the whole budget: return its head.
+                    let mut end = self.limits.read_max_bytes;
+                    while !line.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    content.push_str(&line[..end]);
+                    last += 1;
+                    cut_line = true;
+                }
+                break;
+            }
+            content.push_str(line);
+            last += 1;
+        }
+        let truncated = last < total || cut_line;
+        let mut message = format!("lines {first}-{last} of {total} in {rel}");
+        if cut_line {
+            message.push_str(&format!(
+                "; line {last} is longer than {} bytes and was cut",
+                self.limits.read_max_bytes
+            ));
+        } else if truncated {
+            message.push_str(&format!("; continue with offset {}", last + 1));
+        }
+        Ok(ReadOutput {
+            path: rel.to_string(),
+            content,
+            first_line: first,
+            last_line: last,
+            total_lines: total,
+            sha256,
+            truncated,
+            size_bytes: bytes.len() as u64,
+            message,
+        })
+    }
+
+    fn create_locked(
+        &self,
+        rel: &RelPath,
+        real_parent: &RelPath,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<CreateOutput, Error> {
+        let dir = self
+            .root
+            .open(real_parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Error::from_io("open directory", real_parent, e))?;
+        write::write_atomic(&dir, name, bytes, Target::CreateNew)
+            .map_err(|e| Error::from_io("create", rel, e))?;
+        let total_lines = std::str::from_utf8(bytes).map_or(0, edit::count_lines) as u64;
+        Ok(CreateOutput {
+            path: rel.to_string(),
+            sha256: sha256_hex(bytes),
+            total_lines,
+            message: format!(
+                "created {rel}: {}, {}",
+                plural(total_lines, "line", "lines"),
+                plural(bytes.len() as u64, "byte", "bytes")
+            ),
+        })
+    }
+
+    fn edit_locked(
+        &self,
+        rel: &RelPath,
+        real: &RelPath,
+        edits: &[EditSpec],
+        expected: Option<&str>,
+    ) -> Result<EditOutput, Error> {
+        let (parent, name) = real.split_last().ok_or_else(|| Error::NotAFile {
+            path: rel.to_string(),
+        })?;
+        let dir = self
+            .root
+            .open(&parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Error::from_io("open directory", &parent, e))?;
+        let fd = walk::open_child_file(&dir, name);
+        let (bytes, st) = self.read_regular(rel, fd)?;
+        let before = sha256_hex(&bytes);
+        if let Some(expected) = expected
+            && !expected.eq_ignore_ascii_case(&before)
+        {
+            return Err(Error::Stale {
+                path: rel.to_string(),
+                expected: expected.to_string(),
+                actual: before,
+            });
+        }
+        let applied = edit::apply(&bytes, edits, rel.as_str()).map_err(|source| match source {
+            EditError::NotText => Error::NotText {
+                path: rel.to_string(),
+            },
+            source => Error::Edit {
+                path: rel.to_string(),
+                source,
+            },
+        })?;
+        if applied.bytes.len() as u64 > self.limits.max_file_bytes {
+            return Err(Error::TooLarge {
+                path: rel.to_string(),
+                size: applied.bytes.len() as u64,
+                limit: self.limits.max_file_bytes,
+            });
+        }
+        write::write_atomic(&dir, name, &applied.bytes, Target::Replace(&st))
+            .map_err(|e| Error::from_io("write", rel, e))?;
+        let replacements = applied.replacements as u64;
+        let message = format!(
+            "changed {rel}: {} from line {}, line delta {:+}",
+            plural(replacements, "replacement", "replacements"),
+            applied.first_changed_line,
+            applied.line_delta
+        );
+        Ok(EditOutput {
+            path: rel.to_string(),
+            replacements,
+            first_changed_line: applied.first_changed_line as u64,
+            line_delta: applied.line_delta,
+            diff: applied.diff,
+            diff_truncated: applied.diff_truncated,
+            sha256: sha256_hex(&applied.bytes),
+            message,
+        })
+    }
+
+    fn open_dir(&self, rel: &RelPath) -> Result<OwnedFd, Error> {
+        self.root
+            .open(rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Error::from_io("open directory", rel, e))
+    }
+
+    fn list_dir(&self, path: &str) -> Result<ListOutput, Error> {
+        let rel = self.root.rel(path)?;
+        let dir = self.open_dir(&rel)?;
+        let mut entries = walk::list(&dir).map_err(|e| Error::from_io("list", &rel, e))?;
+        let truncated = entries.len() > self.limits.list_max_entries;
+        entries.truncate(self.limits.list_max_entries);
+        Ok(ListOutput {
+            path: rel.to_string(),
+            entries,
+            truncated,
+        })
+    }
+
+    fn find(&self, pattern: &str, path: &str, limit: u64) -> Result<FindOutput, Error> {
+        let glob = compile_glob(pattern)?;
+        let rel = self.root.rel(path)?;
+        self.open_dir(&rel)?;
+        let limit = if limit == 0 {
+            self.limits.find_default_limit
+        } else {
+            limit as usize
+        };
+        let mut paths = Vec::new();
+        let mut truncated = false;
+        walk::walk_files(&self.root, &rel, &mut |file, _, _| {
+            if glob.is_match(file.as_str()) {
+                if paths.len() == limit {
+                    truncated = true;
+                    return Ok(Flow::Stop);
+                }
+                paths.push(file.as_str().to_string());
+            }
+            Ok(Flow::Continue)
+        })
+        .map_err(|e| Error::from_io("walk", &rel, e))?;
+        Ok(FindOutput { paths, truncated })
+    }
+
+    fn search(&self, q: &SearchQuery) -> Result<SearchOutput, Error> {
+        let re = RegexBuilder::new(&q.pattern)
+            .case_insensitive(q.case_insensitive)
+            .size_limit(16 * 1024 * 1024)
+            .build()
+            .map_err(|e| Error::InvalidPattern {
+                pattern: q.pattern.clone(),
+                why: e.to_string(),
+            })?;
+        let glob = if q.glob.is_empty() {
+            None
+        } else {
+            Some(compile_glob(&q.glob)?)
+        };
+        let rel = self.root.rel(&q.path)?;
+        let limit = if q.limit == 0 {
+            self.limits.search_default_limit
+        } else {
+            q.limit as usize
+        };
+        let mut out = SearchOutput {
+            matches: Vec::new(),
+            truncated: false,
+            files_searched: 0,
+        };
+        let mut visit = |file: &RelPath, dir: &OwnedFd, name: &str| -> io::Result<Flow> {
+            if glob.as_ref().is_some_and(|g| !g.is_match(file.as_str())) {
+                return Ok(Flow::Continue);
+            }
+            // Unreadable, oversized or binary files are not searchable text.
+            let Ok((bytes, _)) = self.read_regular(file, walk::open_child_file(dir, name)) else {
+                return Ok(Flow::Continue);
+            };
+            if bytes[..bytes.len().min(8192)].contains(&0) {
+                return Ok(Flow::Continue);
+            }
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                return Ok(Flow::Continue);
+            };
+            out.files_searched += 1;
+            if !re.is_match(text) {
+                return Ok(Flow::Continue);
+            }
+            for (i, line) in text.lines().enumerate() {
+                if re.is_match(line) {
+                    if out.matches.len() == limit {
+                        out.truncated = true;
+                        return Ok(Flow::Stop);
+                    }
+                    out.matches.push(SearchMatch {
+                        path: file.as_str().to_string(),
+                        line: i as u64 + 1,
+                        text: cut_chars(line, self.limits.search_line_chars),
+                    });
+                }
+            }
+            Ok(Flow::Continue)
+        };
+        match self.open_dir(&rel) {
+            Ok(_) => walk::walk_files(&self.root, &rel, &mut visit)
+                .map_err(|e| Error::from_io("walk", &rel, e))?,
+            // A single file: search just that one.
+            Err(Error::NotADirectory { .. }) => {
+                let (parent, name) = rel.split_last().ok_or_else(|| Error::NotADirectory {
+                    path: rel.to_string(),
+                })?;
+                let dir = self.open_dir(&parent)?;
+                visit(&rel, &dir, name).map_err(|e| Error::from_io("search", &rel, e))?;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(out)
+    }
+}
+
+/// Compiles a glob over workspace-relative paths; one without `/` matches a
+/// file name at any depth.
+fn compile_glob(pattern: &str) -> Result<GlobMatcher, Error> {
+    let full = if pattern.contains('/') {
+        pattern.trim_start_matches("./").to_string()
+    } else {
+        format!("**/{pattern}")
+    };
+    GlobBuilder::new(&full)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| Error::InvalidPattern {
+            pattern: pattern.to_string(),
+            why: e.kind().to_string(),
+        })
+}
+
+/// `s` cut to at most `max` characters, marked with "…" when cut.
+fn cut_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
