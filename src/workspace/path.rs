@@ -168,7 +168,12 @@ impl Root {
     /// Opens `rel` beneath the root; the kernel refuses any escape.
     pub fn open(&self, rel: &RelPath, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
         let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-        let flags = flags | OFlags::CLOEXEC | OFlags::NOCTTY;
+        // openat2 rejects O_PATH combined with any flag beyond a few.
+        let flags = if flags.contains(OFlags::PATH) {
+            flags | OFlags::CLOEXEC
+        } else {
+            flags | OFlags::CLOEXEC | OFlags::NOCTTY
+        };
         // EAGAIN means a concurrent rename raced the lookup; the kernel asks
         // for a retry.
         let mut tries = 0;
