@@ -2,7 +2,7 @@
 //! service and print readable results. A refusal prints its reason and
 //! message and exits non-zero.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -203,6 +203,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let workspace_dir = args
         .workspace_dir
