@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
-use sandboxd::session::{Config, Registry};
+use sandboxd::sandbox::Runtime;
+use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::sandbox::guard::SlipGuard;
+use sandboxd::session::{Config, Registry, SandboxConfig};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
@@ -41,6 +44,32 @@ pub struct Cli {
 enum Command {
     /// Run the service.
     Serve(ServeArgs),
+    /// Run a shell command in the session's container, streaming its
+    /// output; exits with the command's exit code (124 on timeout).
+    Run {
+        /// Working directory relative to the workspace.
+        #[arg(long, default_value = "")]
+        cwd: String,
+        /// Timeout in milliseconds (0: server default, 30 s).
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u64,
+        /// Extra environment, KEY=VALUE (repeatable).
+        #[arg(long = "env", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        /// Characters kept per stream (0: server default, 4000).
+        #[arg(long, default_value_t = 0)]
+        cap: u64,
+        /// The command (joined with spaces, run by /bin/sh -c).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Build the default sandbox image if it is missing (also done by
+    /// `serve` and on first use).
+    #[command(subcommand)]
+    Image(ImageCommand),
+    /// Show the whole loop on a small project: run the tests (red), read the
+    /// code, fix it with an edit, run the tests again (green).
+    Demo,
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -123,6 +152,24 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build the default image from images/default/build.sh unless present.
+    Build {
+        /// Docker daemon address (default: DOCKER_HOST or the local socket).
+        #[arg(long, env = "SANDBOXD_DOCKER_HOST")]
+        docker_host: Option<String>,
+    },
+    /// Print the default image reference.
+    Name,
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+#[derive(Debug, Subcommand)]
 enum SessionCommand {
     /// Open a session; prints its id.
     Create {
@@ -135,6 +182,9 @@ enum SessionCommand {
         /// Print only the session id.
         #[arg(short, long)]
         quiet: bool,
+        /// Image (default: the service's default image).
+        #[arg(long, default_value = "")]
+        image: String,
     },
     /// Show a session (default: --session).
     Get {
@@ -178,12 +228,53 @@ struct ServeArgs {
     /// Largest file the file tools read, edit or create, in bytes.
     #[arg(long, env = "SANDBOXD_MAX_FILE_BYTES", default_value_t = 10 * 1024 * 1024)]
     max_file_bytes: u64,
+    /// Name of this service: at startup, containers left by an earlier
+    /// instance with the same name are removed.
+    #[arg(long, env = "SANDBOXD_SERVICE_NAME", default_value = "sandboxd")]
+    service_name: String,
+    /// Docker daemon address (default: DOCKER_HOST or the local socket).
+    #[arg(long, env = "SANDBOXD_DOCKER_HOST")]
+    docker_host: Option<String>,
+    /// Image for sessions that name none (default: the built-in recipe's).
+    #[arg(long, env = "SANDBOXD_IMAGE")]
+    image: Option<String>,
+    /// Container runtime, e.g. runsc for gVisor (default: the engine's).
+    #[arg(long, env = "SANDBOXD_CONTAINER_RUNTIME")]
+    container_runtime: Option<String>,
+    /// Command timeout when the request gives none, in milliseconds.
+    #[arg(long, env = "SANDBOXD_DEFAULT_TIMEOUT_MS", default_value_t = 30_000)]
+    default_timeout_ms: u64,
+    /// Ceiling on a requested command timeout, in milliseconds.
+    #[arg(long, env = "SANDBOXD_MAX_TIMEOUT_MS", default_value_t = 3_600_000)]
+    max_timeout_ms: u64,
+    /// Characters kept per output stream when the request gives none.
+    #[arg(long, env = "SANDBOXD_DEFAULT_OUTPUT_CAP", default_value_t = 4000)]
+    default_output_cap: u64,
+    /// Ceiling on a requested output cap.
+    #[arg(long, env = "SANDBOXD_MAX_OUTPUT_CAP", default_value_t = 1_000_000)]
+    max_output_cap: u64,
+    /// Turn the slip guard off (it prevents slips, not attacks).
+    #[arg(long, env = "SANDBOXD_NO_GUARD")]
+    no_guard: bool,
+    /// Extra regular expression the slip guard refuses (repeatable).
+    #[arg(
+        long = "guard-deny",
+        env = "SANDBOXD_GUARD_DENY",
+        value_delimiter = '\n'
+    )]
+    guard_deny: Vec<String>,
 }
 
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args).await,
+        Command::Image(ImageCommand::Build { docker_host }) => build_image(docker_host).await,
+        Command::Image(ImageCommand::Name) => {
+            println!("{}", sandboxd::sandbox::image::default_image());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo => crate::demo::run().await,
         command => client(&cli.addr, cli.session, command).await,
     };
     match result {
@@ -205,17 +296,50 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let workspace_dir = args
-        .workspace_dir
-        .unwrap_or_else(|| std::env::temp_dir().join("sandboxd").join("workspaces"));
+    let workspace_dir = args.workspace_dir.unwrap_or_else(|| {
+        std::env::temp_dir()
+            .join("sandboxd")
+            .join(&args.service_name)
+            .join("workspaces")
+    });
     let mut config = Config::new(workspace_dir);
     config.allowed_roots = args.allow_roots;
     config.default_ttl = Duration::from_secs(args.default_ttl);
     config.max_ttl = Duration::from_secs(args.max_ttl);
     config.max_sessions = args.max_sessions;
     config.limits.max_file_bytes = args.max_file_bytes;
-    let registry = Arc::new(Registry::new(config)?);
+    let mut sandbox = SandboxConfig::new(&args.service_name);
+    if let Some(image) = args.image {
+        sandbox.default_image = image;
+    }
+    sandbox.runtime = args.container_runtime;
+    sandbox.default_timeout = Duration::from_millis(args.default_timeout_ms);
+    sandbox.max_timeout = Duration::from_millis(args.max_timeout_ms);
+    sandbox.default_cap = args.default_output_cap;
+    sandbox.max_cap = args.max_output_cap;
+    sandbox.guard = SlipGuard::new(!args.no_guard, &args.guard_deny)?;
+    let default_image = sandbox.default_image.clone();
+    config.sandbox = sandbox;
+
+    let docker = Arc::new(DockerRuntime::new(args.docker_host));
+    let runtime: Arc<dyn Runtime> = docker.clone();
+    let registry = Arc::new(Registry::new(config, runtime.clone())?);
+    // Bind first so a taken port fails fast, before any slow image build.
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    match docker.ping().await {
+        Ok(()) => {
+            match registry.sweep_leaked().await {
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot sweep leaked containers"),
+            }
+            if let Err(e) = runtime.ensure_image(&default_image).await {
+                tracing::warn!(error = %e, "the default image is not ready; commands will fail until it is");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Docker is unreachable: file tools work, commands fail with SANDBOX_UNAVAILABLE")
+        }
+    }
     tracing::info!(addr = %listener.local_addr()?, "sandboxd listening");
     sandboxd::server::serve(
         listener,
@@ -225,6 +349,18 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
     )
     .await?;
     tracing::info!("sandboxd stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn build_image(docker_host: Option<String>) -> Result<ExitCode, AnyError> {
+    let docker = DockerRuntime::new(docker_host);
+    let image = sandboxd::sandbox::image::default_image();
+    eprintln!("building {image} if missing (about a minute the first time)...");
+    let built = docker.build_default_image().await?;
+    println!(
+        "{image} {}",
+        if built { "built" } else { "already present" }
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -263,15 +399,39 @@ async fn client(
             .ok_or("no session: pass --session ID or set SANDBOXD_SESSION")
     };
     let outcome = match command {
-        Command::Serve(_) => unreachable_serve(),
+        Command::Serve(_) | Command::Image(_) | Command::Demo => unreachable_serve(),
+        Command::Run {
+            cwd,
+            timeout_ms,
+            env,
+            cap,
+            command,
+        } => {
+            let req = pb::RunCommandRequest {
+                session_id: need_session()?,
+                command: command.join(" "),
+                cwd,
+                timeout_ms,
+                env: env.into_iter().collect(),
+                stdout_cap: cap,
+                stderr_cap: cap,
+            };
+            match run_streaming(&mut c, req).await {
+                Ok(code) => return Ok(code),
+                Err(status) => Err(status),
+            }
+        }
         Command::Session(SessionCommand::Create {
             workspace,
             ttl,
             quiet,
+            image,
         }) => c
             .create_session(pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
+                image,
+                ..Default::default()
             })
             .await
             .map(|r| {
@@ -458,7 +618,70 @@ async fn client(
 }
 
 fn unreachable_serve() -> Result<(), tonic::Status> {
-    Err(tonic::Status::internal("serve is not a client verb"))
+    Err(tonic::Status::internal("not a client verb"))
+}
+
+/// Streams a command's output live and returns the exit code to exit with.
+async fn run_streaming(
+    c: &mut SandboxClient<Channel>,
+    req: pb::RunCommandRequest,
+) -> Result<ExitCode, tonic::Status> {
+    use pb::run_command_event::Event;
+    use std::io::Write;
+    let mut events = c.run_command(req).await?.into_inner();
+    while let Some(ev) = events.message().await? {
+        match ev.event {
+            Some(Event::Stdout(chunk)) => {
+                print!("{}", chunk.data);
+                let _ = std::io::stdout().flush();
+            }
+            Some(Event::Stderr(chunk)) => eprint!("{}", chunk.data),
+            Some(Event::Exit(exit)) => {
+                let (out, err) = (
+                    exit.stdout.clone().unwrap_or_default(),
+                    exit.stderr.clone().unwrap_or_default(),
+                );
+                if out.truncated {
+                    print!(
+                        "\n[... {} bytes omitted ...]\n{}",
+                        out.omitted_bytes, out.tail
+                    );
+                }
+                if err.truncated {
+                    eprint!(
+                        "\n[... {} bytes omitted ...]\n{}",
+                        err.omitted_bytes, err.tail
+                    );
+                }
+                eprintln!("{}", exit_summary(&exit));
+                let code = if exit.timed_out {
+                    124
+                } else {
+                    exit.exit_code.clamp(0, 255) as u8
+                };
+                return Ok(ExitCode::from(code));
+            }
+            Some(Event::Started(_)) | None => {}
+        }
+    }
+    Err(tonic::Status::unavailable(
+        "the stream ended without an exit event",
+    ))
+}
+
+/// One line saying how a command ended.
+pub fn exit_summary(exit: &pb::CommandExit) -> String {
+    let how = match exit.killed_by() {
+        pb::KilledBy::None => String::new(),
+        pb::KilledBy::ProcessGroupTerm => ", stopped by SIGTERM to its process group".into(),
+        pb::KilledBy::ProcessGroupKill => ", stopped by SIGKILL to its process group".into(),
+        pb::KilledBy::Container => ", stopped by killing its container".into(),
+    };
+    let timed_out = if exit.timed_out { "timed out, " } else { "" };
+    format!(
+        "[{timed_out}exit {} in {} ms{how}]",
+        exit.exit_code, exit.duration_ms
+    )
 }
 
 fn print_session(s: &pb::Session) {

@@ -4,7 +4,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::pb;
-use crate::session::{Closed, Info, NewSession};
+use crate::sandbox::{self, Captured, Event, KilledBy};
+use crate::session::{Closed, CommandRequest, Info, NewSession};
 use crate::workspace::walk::{DirEntry, Kind};
 use crate::workspace::{
     CreateOutput, EditOutput, EditSpec, FindOutput, ListOutput, ReadOutput, SearchOutput,
@@ -20,6 +21,9 @@ impl From<pb::CreateSessionRequest> for NewSession {
         NewSession {
             workspace_path: (!r.workspace_path.is_empty()).then_some(r.workspace_path),
             ttl: Duration::from_secs(r.ttl_seconds),
+            image: (!r.image.is_empty()).then_some(r.image),
+            limits: r.limits.map(Into::into).unwrap_or_default(),
+            env: r.env.into_iter().collect(),
         }
     }
 }
@@ -33,6 +37,10 @@ impl From<Info> for pb::Session {
             ttl_seconds: i.ttl.as_secs(),
             created_at: unix_seconds(i.created),
             last_used_at: unix_seconds(i.last_used),
+            image: i.image,
+            container_id: i.container_id.unwrap_or_default(),
+            limits: Some(i.limits.into()),
+            sandbox_status: i.sandbox_status.unwrap_or_default(),
         }
     }
 }
@@ -174,5 +182,90 @@ impl From<SearchOutput> for pb::SearchFilesResponse {
             truncated: o.truncated,
             files_searched: o.files_searched,
         }
+    }
+}
+
+impl From<pb::Limits> for sandbox::Limits {
+    fn from(l: pb::Limits) -> Self {
+        sandbox::Limits {
+            memory_bytes: l.memory_bytes,
+            nano_cpus: l.nano_cpus,
+            pids: l.pids,
+        }
+    }
+}
+
+impl From<sandbox::Limits> for pb::Limits {
+    fn from(l: sandbox::Limits) -> Self {
+        pb::Limits {
+            memory_bytes: l.memory_bytes,
+            nano_cpus: l.nano_cpus,
+            pids: l.pids,
+        }
+    }
+}
+
+impl From<pb::RunCommandRequest> for CommandRequest {
+    fn from(r: pb::RunCommandRequest) -> Self {
+        CommandRequest {
+            command: r.command,
+            cwd: r.cwd,
+            timeout: Duration::from_millis(r.timeout_ms),
+            env: r.env.into_iter().collect(),
+            stdout_cap: r.stdout_cap,
+            stderr_cap: r.stderr_cap,
+        }
+    }
+}
+
+impl From<KilledBy> for pb::KilledBy {
+    fn from(k: KilledBy) -> Self {
+        match k {
+            KilledBy::None => pb::KilledBy::None,
+            KilledBy::ProcessGroupTerm => pb::KilledBy::ProcessGroupTerm,
+            KilledBy::ProcessGroupKill => pb::KilledBy::ProcessGroupKill,
+            KilledBy::Container => pb::KilledBy::Container,
+        }
+    }
+}
+
+impl From<Captured> for pb::StreamResult {
+    fn from(c: Captured) -> Self {
+        pb::StreamResult {
+            text: c.text,
+            total_bytes: c.total_bytes,
+            truncated: c.truncated,
+            tail: c.tail,
+            omitted_bytes: c.omitted_bytes,
+        }
+    }
+}
+
+impl From<Event> for pb::RunCommandEvent {
+    fn from(e: Event) -> Self {
+        use pb::run_command_event::Event as E;
+        let event = match e {
+            Event::Started {
+                container_id,
+                cwd,
+                timeout,
+            } => E::Started(pb::CommandStarted {
+                container_id,
+                cwd,
+                timeout_ms: timeout.as_millis() as u64,
+            }),
+            Event::Stdout(data) => E::Stdout(pb::OutputChunk { data }),
+            Event::Stderr(data) => E::Stderr(pb::OutputChunk { data }),
+            Event::Exit(r) => E::Exit(pb::CommandExit {
+                exit_code: r.exit_code,
+                timed_out: r.timed_out,
+                killed_by: pb::KilledBy::from(r.killed_by).into(),
+                duration_ms: r.duration.as_millis() as u64,
+                stdout: Some(r.stdout.into()),
+                stderr: Some(r.stderr.into()),
+                cancelled: r.cancelled,
+            }),
+        };
+        pb::RunCommandEvent { event: Some(event) }
     }
 }

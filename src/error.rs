@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::sandbox;
 use crate::session;
 use crate::workspace::{self, EditError, LineEndings};
 
@@ -24,6 +25,9 @@ pub enum Error {
     /// From the session registry.
     #[error(transparent)]
     Session(#[from] session::Error),
+    /// From the container engine.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::Error),
 }
 
 /// Stable machine reasons, as sent in `ErrorInfo.reason`.
@@ -50,6 +54,11 @@ pub mod reason {
     pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
     pub const INVALID_WORKSPACE: &str = "INVALID_WORKSPACE";
     pub const TOO_MANY_SESSIONS: &str = "TOO_MANY_SESSIONS";
+    pub const LIMIT_EXCEEDED: &str = "LIMIT_EXCEEDED";
+    pub const COMMAND_REFUSED: &str = "COMMAND_REFUSED";
+    pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
+    pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
+    pub const IMAGE_NOT_FOUND: &str = "IMAGE_NOT_FOUND";
 }
 
 /// Builds a status with an ErrorInfo.
@@ -72,6 +81,7 @@ impl From<Error> for Status {
         match err {
             Error::Workspace(e) => workspace_status(e),
             Error::Session(e) => session_status(e),
+            Error::Sandbox(e) => sandbox_status(e),
         }
     }
 }
@@ -353,6 +363,69 @@ fn session_status(err: session::Error) -> Status {
             reason::IO_ERROR,
             format!(
                 "The service could not create a workspace directory: {e}. No session was created. Retry later or tell the operator."
+            ),
+            &[],
+        ),
+        S::LimitExceeded { what, asked, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "{what} {asked} is above the operator's ceiling of {max}. Nothing was run or changed. \
+                 Ask for at most {max}, or 0 for the default."
+            ),
+            &[
+                ("field", what.to_string()),
+                ("asked", asked.to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        S::CommandRefused(refusal) => status(
+            Code::PermissionDenied,
+            reason::COMMAND_REFUSED,
+            format!(
+                "The command was refused by the slip guard ({}). Nothing was run. The guard catches obvious \
+                 destructive slips; it is not the security boundary (the container is). Run a narrower command \
+                 that does what you need.",
+                refusal.reason
+            ),
+            &[("rule", refusal.reason)],
+        ),
+        S::InvalidArgument { field, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+            format!(
+                "Invalid {field}: {why}. Nothing was run or changed. Fix the request and retry."
+            ),
+            &[("field", field.to_string())],
+        ),
+    }
+}
+
+fn sandbox_status(err: sandbox::Error) -> Status {
+    use sandbox::Error as X;
+    match err {
+        X::ImageMissing { image, why } => status(
+            Code::FailedPrecondition,
+            reason::IMAGE_NOT_FOUND,
+            format!(
+                "Image {image} is not available: {why}. No session was created. Use the default image \
+                 (leave image empty) or one the operator has loaded."
+            ),
+            &[("image", image)],
+        ),
+        e @ (X::Connect(_)
+        | X::BuildImage { .. }
+        | X::StartContainer(_)
+        | X::StartExec(_)
+        | X::InspectExec(_)
+        | X::KillContainer(_)
+        | X::RemoveContainer(_)
+        | X::ListContainers(_)) => status(
+            Code::Unavailable,
+            reason::SANDBOX_UNAVAILABLE,
+            format!(
+                "The sandbox is unavailable: {e}. The command was not run. File tools (read, edit, search) \
+                 still work; retry the command later."
             ),
             &[],
         ),

@@ -11,6 +11,7 @@
 pub mod convert;
 pub mod error;
 pub mod pb;
+pub mod sandbox;
 pub mod server;
 pub mod service;
 pub mod session;

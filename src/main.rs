@@ -2,6 +2,7 @@
 //! small client for people and scripts.
 
 mod cli;
+mod demo;
 
 use std::process::ExitCode;
 

@@ -1,8 +1,11 @@
 //! The tonic adapter: each handler unpacks the request, calls the domain,
 //! lets `error` map a failure, and packs the reply. No logic lives here.
 
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::{Stream, StreamExt};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::{self, sandbox_server::Sandbox};
@@ -23,6 +26,9 @@ impl SandboxService {
 
 type Reply<T> = Result<Response<T>, Status>;
 
+/// Events of one RunCommand call.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Sandbox for SandboxService {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Reply<pb::Session> {
@@ -32,14 +38,20 @@ impl Sandbox for SandboxService {
 
     async fn get_session(&self, req: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
         let session = self.registry.get(&req.into_inner().session_id)?;
-        Ok(Response::new(session.info().into()))
+        Ok(Response::new(session.info().await.into()))
     }
 
     async fn list_sessions(
         &self,
         _req: Request<pb::ListSessionsRequest>,
     ) -> Reply<pb::ListSessionsResponse> {
-        let sessions = self.registry.list().into_iter().map(Into::into).collect();
+        let sessions = self
+            .registry
+            .list()
+            .await
+            .into_iter()
+            .map(Into::into)
+            .collect();
         Ok(Response::new(pb::ListSessionsResponse { sessions }))
     }
 
@@ -99,5 +111,15 @@ impl Sandbox for SandboxService {
         let session = self.registry.get(&r.session_id)?;
         let out = session.workspace.search(r.into()).await?;
         Ok(Response::new(out.into()))
+    }
+
+    type RunCommandStream = EventStream;
+
+    async fn run_command(&self, req: Request<pb::RunCommandRequest>) -> Reply<EventStream> {
+        let r = req.into_inner();
+        let session_id = r.session_id.clone();
+        let events = self.registry.run_command(&session_id, r.into()).await?;
+        let stream = ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e)));
+        Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -3,14 +3,17 @@
 //! and at shutdown). A fresh workspace belongs to its session and is removed
 //! with it; an existing directory named by the caller is only borrowed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use tempfile::TempDir;
+use tokio::sync::mpsc;
 
+use crate::sandbox::guard::{Refusal, SlipGuard};
+use crate::sandbox::{self, CommandSpec, ContainerSpec, Event, Runtime, Sandbox, labels};
 use crate::workspace::lock::PathLocks;
 use crate::workspace::{Limits, Workspace};
 
@@ -48,6 +51,27 @@ pub enum Error {
     /// A fresh workspace directory could not be made.
     #[error("cannot create a workspace directory: {0}")]
     CreateWorkspace(io::Error),
+    /// A requested limit is above the operator's ceiling.
+    #[error("{what} {asked} is above the ceiling {max}")]
+    LimitExceeded {
+        /// Which limit.
+        what: &'static str,
+        /// The requested value.
+        asked: u64,
+        /// The ceiling.
+        max: u64,
+    },
+    /// The slip guard refused the command.
+    #[error("command refused: {}", .0.reason)]
+    CommandRefused(Refusal),
+    /// A request field is malformed.
+    #[error("invalid {field}: {why}")]
+    InvalidArgument {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// Operator settings for sessions.
@@ -65,6 +89,70 @@ pub struct Config {
     pub max_sessions: usize,
     /// File tool limits.
     pub limits: Limits,
+    /// Containers and commands.
+    pub sandbox: SandboxConfig,
+}
+
+/// Operator settings for containers and commands.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Image when the request names none.
+    pub default_image: String,
+    /// "uid:gid" for containers when the workspace is owned by root.
+    pub default_user: (u32, u32),
+    /// Limits when the request gives none.
+    pub default_limits: sandbox::Limits,
+    /// Ceilings on requested limits.
+    pub max_limits: sandbox::Limits,
+    /// Size of each container's /tmp.
+    pub tmp_bytes: u64,
+    /// Container runtime (e.g. "runsc"); `None` for the engine default.
+    pub runtime: Option<String>,
+    /// Service name: containers of earlier instances with this name are
+    /// removed at startup.
+    pub service: String,
+    /// This process's id, on every container it starts.
+    pub instance: String,
+    /// Command timeout when the request gives none.
+    pub default_timeout: Duration,
+    /// Ceiling on a requested timeout.
+    pub max_timeout: Duration,
+    /// Characters kept per stream when the request gives none.
+    pub default_cap: u64,
+    /// Ceiling on a requested cap.
+    pub max_cap: u64,
+    /// The slip guard.
+    pub guard: SlipGuard,
+}
+
+impl SandboxConfig {
+    /// Defaults for service `service`.
+    pub fn new(service: &str) -> SandboxConfig {
+        SandboxConfig {
+            default_image: sandbox::image::default_image(),
+            default_user: (1000, 1000),
+            default_limits: sandbox::Limits {
+                memory_bytes: 1 << 30,
+                nano_cpus: 1_000_000_000,
+                pids: 256,
+            },
+            max_limits: sandbox::Limits {
+                memory_bytes: 8 << 30,
+                nano_cpus: 2_000_000_000,
+                pids: 4096,
+            },
+            tmp_bytes: 256 << 20,
+            runtime: None,
+            service: service.to_string(),
+            instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
+            default_timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(3600),
+            default_cap: 4000,
+            max_cap: 1_000_000,
+            guard: SlipGuard::new(true, &[])
+                .unwrap_or_else(|_| unreachable!("built-in rules compile")),
+        }
+    }
 }
 
 impl Config {
@@ -78,6 +166,7 @@ impl Config {
             max_ttl: Duration::from_secs(24 * 3600),
             max_sessions: 256,
             limits: Limits::default(),
+            sandbox: SandboxConfig::new("sandboxd"),
         }
     }
 }
@@ -89,6 +178,29 @@ pub struct NewSession {
     pub workspace_path: Option<String>,
     /// Idle timeout; zero means the default.
     pub ttl: Duration,
+    /// Image; `None` for the default.
+    pub image: Option<String>,
+    /// Limits; zero fields mean the default.
+    pub limits: sandbox::Limits,
+    /// Environment of every command.
+    pub env: BTreeMap<String, String>,
+}
+
+/// What the caller asks of a command.
+#[derive(Debug, Clone, Default)]
+pub struct CommandRequest {
+    /// Shell command line.
+    pub command: String,
+    /// Working directory relative to the workspace.
+    pub cwd: String,
+    /// Timeout; zero means the default.
+    pub timeout: Duration,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Characters kept of stdout; zero means the default.
+    pub stdout_cap: u64,
+    /// Characters kept of stderr; zero means the default.
+    pub stderr_cap: u64,
 }
 
 /// One open session.
@@ -98,6 +210,9 @@ pub struct Session {
     pub id: String,
     /// The file tools over this session's workspace.
     pub workspace: Workspace,
+    /// The session's container.
+    pub sandbox: Sandbox,
+    sandbox_status: Mutex<Option<String>>,
     owned: Mutex<Option<TempDir>>,
     owns_workspace: bool,
     ttl: Duration,
@@ -120,6 +235,14 @@ pub struct Info {
     pub created: SystemTime,
     /// Time of the last call.
     pub last_used: SystemTime,
+    /// Image of the container.
+    pub image: String,
+    /// The running container, if one is up.
+    pub container_id: Option<String>,
+    /// Container limits.
+    pub limits: sandbox::Limits,
+    /// Why commands cannot run now, if they cannot.
+    pub sandbox_status: Option<String>,
 }
 
 /// What closing a session did.
@@ -133,7 +256,7 @@ pub struct Closed {
 
 impl Session {
     /// A snapshot for replies.
-    pub fn info(&self) -> Info {
+    pub async fn info(&self) -> Info {
         let (_, last_used) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
         Info {
             id: self.id.clone(),
@@ -142,7 +265,22 @@ impl Session {
             ttl: self.ttl,
             created: self.created,
             last_used,
+            image: self.sandbox.spec().image.clone(),
+            container_id: self.sandbox.container_id().await,
+            limits: self.sandbox.spec().limits,
+            sandbox_status: self
+                .sandbox_status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
         }
+    }
+
+    fn set_sandbox_status(&self, status: Option<String>) {
+        *self
+            .sandbox_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = status;
     }
 
     fn touch(&self) {
@@ -159,6 +297,7 @@ impl Session {
 #[derive(Debug)]
 pub struct Registry {
     config: Config,
+    runtime: Arc<dyn Runtime>,
     locks: Arc<PathLocks>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
 }
@@ -166,7 +305,7 @@ pub struct Registry {
 impl Registry {
     /// A registry creating fresh workspaces under `config.workspace_dir`
     /// (made if missing).
-    pub fn new(config: Config) -> io::Result<Registry> {
+    pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> io::Result<Registry> {
         std::fs::create_dir_all(&config.workspace_dir)?;
         let allowed_roots = config
             .allowed_roots
@@ -178,6 +317,7 @@ impl Registry {
                 allowed_roots,
                 ..config
             },
+            runtime,
             locks: Arc::new(PathLocks::default()),
             sessions: Mutex::new(HashMap::new()),
         })
@@ -187,13 +327,18 @@ impl Registry {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Opens a session.
-    pub async fn create(&self, req: NewSession) -> Result<Info, Error> {
+    /// Opens a session and starts its container. If the engine is
+    /// unreachable the session still opens (file tools work) and its
+    /// `sandbox_status` says why commands cannot run yet.
+    pub async fn create(&self, req: NewSession) -> Result<Info, crate::error::Error> {
         if self.table().len() >= self.config.max_sessions {
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
-            });
+            }
+            .into());
         }
+        let limits = self.limits(req.limits)?;
+        check_env("env", &req.env)?;
         let config = self.config.clone();
         let locks = Arc::clone(&self.locks);
         let (workspace, owned) =
@@ -204,17 +349,38 @@ impl Registry {
             Duration::ZERO => self.config.default_ttl,
             ttl => ttl.min(self.config.max_ttl),
         };
+        let id = new_id();
+        let cfg = &self.config.sandbox;
+        let (uid, gid) = match workspace.owner() {
+            (0, _) => cfg.default_user,
+            owner => owner,
+        };
+        let spec = ContainerSpec {
+            image: req.image.unwrap_or_else(|| cfg.default_image.clone()),
+            workspace: workspace.host_path().to_path_buf(),
+            user: format!("{uid}:{gid}"),
+            env: req.env,
+            limits,
+            tmp_bytes: cfg.tmp_bytes,
+            labels: BTreeMap::from([
+                (labels::SESSION.to_string(), id.clone()),
+                (labels::INSTANCE.to_string(), cfg.instance.clone()),
+                (labels::SERVICE.to_string(), cfg.service.clone()),
+            ]),
+            runtime: cfg.runtime.clone(),
+        };
         let now = SystemTime::now();
         let session = Arc::new(Session {
-            id: new_id(),
+            id,
             workspace,
+            sandbox: Sandbox::new(Arc::clone(&self.runtime), spec),
+            sandbox_status: Mutex::new(None),
             owns_workspace: owned.is_some(),
             owned: Mutex::new(owned),
             ttl,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
         });
-        let info = session.info();
         // Checked again under the lock: other creates ran while we worked.
         let admitted = {
             let mut table = self.table();
@@ -228,10 +394,58 @@ impl Registry {
             remove_workspace(&session).await;
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
-            });
+            }
+            .into());
         }
-        tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), "session created");
+        match session.sandbox.ensure().await {
+            Ok(_) => {}
+            Err(e @ sandbox::Error::ImageMissing { .. }) => {
+                let _ = self.close(&session.id).await;
+                return Err(e.into());
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "session opened without a container");
+                session.set_sandbox_status(Some(e.to_string()));
+            }
+        }
+        let info = session.info().await;
+        tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, "session created");
         Ok(info)
+    }
+
+    /// Container limits for a request: defaults for zero fields, refused
+    /// above the ceilings.
+    fn limits(&self, asked: sandbox::Limits) -> Result<sandbox::Limits, Error> {
+        let cfg = &self.config.sandbox;
+        let pick = |what: &'static str, asked: u64, default: u64, max: u64| match asked {
+            0 => Ok(default),
+            n if n > max => Err(Error::LimitExceeded {
+                what,
+                asked: n,
+                max,
+            }),
+            n => Ok(n),
+        };
+        Ok(sandbox::Limits {
+            memory_bytes: pick(
+                "memory_bytes",
+                asked.memory_bytes,
+                cfg.default_limits.memory_bytes,
+                cfg.max_limits.memory_bytes,
+            )?,
+            nano_cpus: pick(
+                "nano_cpus",
+                asked.nano_cpus,
+                cfg.default_limits.nano_cpus,
+                cfg.max_limits.nano_cpus,
+            )?,
+            pids: pick(
+                "pids",
+                asked.pids,
+                cfg.default_limits.pids,
+                cfg.max_limits.pids,
+            )?,
+        })
     }
 
     /// The session `id`, marked as used now.
@@ -246,24 +460,150 @@ impl Registry {
     }
 
     /// Snapshots of all sessions, oldest first.
-    pub fn list(&self) -> Vec<Info> {
-        let mut all: Vec<Info> = self.table().values().map(|s| s.info()).collect();
+    pub async fn list(&self) -> Vec<Info> {
+        let sessions: Vec<Arc<Session>> = self.table().values().cloned().collect();
+        let mut all = Vec::with_capacity(sessions.len());
+        for s in sessions {
+            all.push(s.info().await);
+        }
         all.sort_by_key(|i| i.created);
         all
     }
 
-    /// Closes `id`, removing its workspace if the session owns it.
+    /// Closes `id`: removes its container, and its workspace if the
+    /// session owns it.
     pub async fn close(&self, id: &str) -> Result<Closed, Error> {
         let session = self
             .table()
             .remove(id)
             .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+        if let Err(e) = session.sandbox.close().await {
+            tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
+        }
         let workspace_removed = remove_workspace(&session).await;
         tracing::info!(session = %id, workspace_removed, "session closed");
         Ok(Closed {
             id: id.to_string(),
             workspace_removed,
         })
+    }
+
+    /// Checks a command against the guard and the ceilings, starts it, and
+    /// returns its events (`Started`, chunks, `Exit`). Dropping the receiver
+    /// cancels the command (the kill ladder runs).
+    pub async fn run_command(
+        &self,
+        id: &str,
+        req: CommandRequest,
+    ) -> Result<mpsc::Receiver<Event>, crate::error::Error> {
+        let session = self.get(id)?;
+        let spec = self.command_spec(&session, req).await?;
+        let running = match session.sandbox.start(spec).await {
+            Ok(running) => {
+                session.set_sandbox_status(None);
+                running
+            }
+            Err(e) => {
+                session.set_sandbox_status(Some(e.to_string()));
+                return Err(e.into());
+            }
+        };
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let container = running.container().to_string();
+            let report = running.drive(tx).await;
+            session.sandbox.finished(&container, &report).await;
+        });
+        Ok(rx)
+    }
+
+    async fn command_spec(
+        &self,
+        session: &Session,
+        req: CommandRequest,
+    ) -> Result<CommandSpec, crate::error::Error> {
+        let cfg = &self.config.sandbox;
+        if req.command.trim().is_empty() {
+            return Err(Error::InvalidArgument {
+                field: "command",
+                why: "it is empty".into(),
+            }
+            .into());
+        }
+        if req.command.contains('\0') {
+            return Err(Error::InvalidArgument {
+                field: "command",
+                why: "it contains a NUL byte".into(),
+            }
+            .into());
+        }
+        cfg.guard
+            .check(&req.command)
+            .map_err(Error::CommandRefused)?;
+        check_env("env", &req.env)?;
+        let timeout = match req.timeout {
+            Duration::ZERO => cfg.default_timeout,
+            t if t > cfg.max_timeout => {
+                return Err(Error::LimitExceeded {
+                    what: "timeout_ms",
+                    asked: t.as_millis() as u64,
+                    max: cfg.max_timeout.as_millis() as u64,
+                }
+                .into());
+            }
+            t => t,
+        };
+        let cap = |what: &'static str, asked: u64| match asked {
+            0 => Ok(cfg.default_cap),
+            n if n > cfg.max_cap => Err(Error::LimitExceeded {
+                what,
+                asked: n,
+                max: cfg.max_cap,
+            }),
+            n => Ok(n),
+        };
+        let stdout_cap = cap("stdout_cap", req.stdout_cap)?;
+        let stderr_cap = cap("stderr_cap", req.stderr_cap)?;
+        let cwd = session.workspace.real_dir(&req.cwd).await?;
+        Ok(CommandSpec {
+            command: req.command,
+            cwd: if cwd.is_empty() {
+                "/workspace".into()
+            } else {
+                format!("/workspace/{cwd}")
+            },
+            env: req.env,
+            timeout,
+            stdout_cap: stdout_cap as usize,
+            stderr_cap: stderr_cap as usize,
+        })
+    }
+
+    /// Removes what an earlier instance of this service leaked: containers
+    /// labelled with our service name but another instance id, and stale
+    /// fresh workspaces. Returns the number of containers removed.
+    pub async fn sweep_leaked(&self) -> Result<usize, crate::error::Error> {
+        let cfg = &self.config.sandbox;
+        let live: Vec<PathBuf> = self
+            .table()
+            .values()
+            .map(|s| s.workspace.host_path().to_path_buf())
+            .collect();
+        let dir = self.config.workspace_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_stale_workspaces(&dir, &live)).await;
+        let removed = self
+            .runtime
+            .remove_labelled(
+                labels::SERVICE,
+                &cfg.service,
+                labels::INSTANCE,
+                &cfg.instance,
+            )
+            .await?;
+        if removed > 0 {
+            tracing::info!(removed, "removed containers leaked by an earlier instance");
+        }
+        Ok(removed)
     }
 
     /// Closes every session idle past its TTL; returns their ids.
@@ -294,6 +634,43 @@ impl Registry {
     }
 }
 
+/// Environment names must be non-empty and free of `=` and NUL.
+fn check_env(field: &'static str, env: &BTreeMap<String, String>) -> Result<(), Error> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(Error::InvalidArgument {
+                field,
+                why: format!(
+                    "{k:?} is not a valid variable (names are non-empty, without '=' or NUL)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Removes `ws-*` directories under `dir` that no live session uses.
+fn remove_stale_workspaces(dir: &Path, live: &[PathBuf]) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = entry.file_name().to_string_lossy().starts_with("ws-")
+            && !live
+                .iter()
+                .any(|l| l == &path || std::fs::canonicalize(&path).is_ok_and(|c| &c == l));
+        if stale && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => tracing::info!(path = %path.display(), "removed a stale workspace"),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale workspace")
+                }
+            }
+        }
+    }
+}
+
 fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
 }
@@ -308,6 +685,12 @@ fn open_workspace(
             .prefix("ws-")
             .tempdir_in(&config.workspace_dir)
             .map_err(Error::CreateWorkspace)?;
+        // Commands run as the sandbox user; a fresh workspace is theirs.
+        if rustix::process::geteuid().is_root() {
+            let (uid, gid) = config.sandbox.default_user;
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .map_err(Error::CreateWorkspace)?;
+        }
         let ws = Workspace::open(dir.path(), locks, config.limits.clone())
             .map_err(Error::CreateWorkspace)?;
         return Ok((ws, Some(dir)));

@@ -314,19 +314,53 @@ struct Inner {
     root: Root,
     locks: Arc<PathLocks>,
     limits: Limits,
+    /// Owner (uid, gid) of the workspace root.
+    owner: (u32, u32),
+    /// Owner given to new files and directories: the root's owner, when we
+    /// are privileged and differ from it (so commands can change them).
+    new_owner: Option<(u32, u32)>,
 }
 
 impl Workspace {
     /// Opens the directory `host` as a workspace. `locks` is shared by all
     /// workspaces of a service.
     pub fn open(host: &Path, locks: Arc<PathLocks>, limits: Limits) -> io::Result<Workspace> {
+        let root = Root::at(host)?;
+        let st = rustix::fs::fstat(root.fd())?;
+        let owner = (st.st_uid, st.st_gid);
+        let euid = rustix::process::geteuid();
+        let new_owner = (euid.is_root() && owner.0 != euid.as_raw()).then_some(owner);
         Ok(Workspace {
             inner: Arc::new(Inner {
-                root: Root::at(host)?,
+                root,
                 locks,
                 limits,
+                owner,
+                new_owner,
             }),
         })
+    }
+
+    /// Owner (uid, gid) of the workspace root directory.
+    pub fn owner(&self) -> (u32, u32) {
+        self.inner.owner
+    }
+
+    /// Resolves `path` to an existing directory inside the workspace and
+    /// returns its real workspace-relative path ("" for the root).
+    pub async fn real_dir(&self, path: &str) -> Result<String, Error> {
+        let inner = Arc::clone(&self.inner);
+        let path = path.to_string();
+        blocking(move || {
+            let rel = inner.root.rel(&path)?;
+            let real = inner
+                .root
+                .real(&rel)
+                .map_err(|e| Error::from_io("resolve", &rel, e))?;
+            inner.open_dir(&real)?;
+            Ok(real.as_str().to_string())
+        })
+        .await
     }
 
     /// Canonical host path of the workspace.
@@ -365,7 +399,7 @@ impl Workspace {
             blocking(move || {
                 inner
                     .root
-                    .create_dirs(&parent)
+                    .create_dirs(&parent, inner.new_owner)
                     .and_then(|()| inner.root.real(&parent))
                     .map_err(|e| Error::from_io("create directories for", &parent, e))
             })
@@ -586,7 +620,7 @@ impl Inner {
             .root
             .open(real_parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| Error::from_io("open directory", real_parent, e))?;
-        write::write_atomic(&dir, name, bytes, Target::CreateNew)
+        write::write_atomic(&dir, name, bytes, Target::CreateNew(self.new_owner))
             .map_err(|e| Error::from_io("create", rel, e))?;
         let total_lines = std::str::from_utf8(bytes).map_or(0, edit::count_lines) as u64;
         Ok(CreateOutput {

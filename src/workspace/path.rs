@@ -202,8 +202,8 @@ impl Root {
     }
 
     /// Creates the directory `rel` and its missing parents, each step
-    /// confined beneath the root.
-    pub fn create_dirs(&self, rel: &RelPath) -> io::Result<()> {
+    /// confined beneath the root, owned by `owner` when given.
+    pub fn create_dirs(&self, rel: &RelPath, owner: Option<(u32, u32)>) -> io::Result<()> {
         for dir in rel.ancestors_inclusive() {
             match self.open(&dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()) {
                 Ok(_) => continue,
@@ -214,12 +214,20 @@ impl Root {
                 continue;
             };
             let parent_fd = self.open(&parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
-            match rustix::fs::mkdirat(
-                &parent_fd,
-                OsStr::from_bytes(name.as_bytes()),
-                Mode::from_raw_mode(0o755),
-            ) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            let name = OsStr::from_bytes(name.as_bytes());
+            match rustix::fs::mkdirat(&parent_fd, name, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {
+                    if let Some((uid, gid)) = owner {
+                        rustix::fs::chownat(
+                            &parent_fd,
+                            name,
+                            Some(rustix::fs::Uid::from_raw(uid)),
+                            Some(rustix::fs::Gid::from_raw(gid)),
+                            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                        )?;
+                    }
+                }
+                Err(rustix::io::Errno::EXIST) => {}
                 Err(e) => return Err(e.into()),
             }
         }

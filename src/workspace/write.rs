@@ -12,8 +12,9 @@ use rustix::fs::{AtFlags, Gid, Mode, OFlags, RenameFlags, Stat, Uid};
 pub enum Target<'a> {
     /// Replace an existing file, keeping its mode and owner.
     Replace(&'a Stat),
-    /// Create a new file; fail with `AlreadyExists` if the name is taken.
-    CreateNew,
+    /// Create a new file owned by `owner` (if given); fail with
+    /// `AlreadyExists` if the name is taken.
+    CreateNew(Option<(u32, u32)>),
 }
 
 /// Atomically writes `bytes` as `name` inside the directory `dir`.
@@ -23,7 +24,7 @@ pub fn write_atomic(dir: &OwnedFd, name: &str, bytes: &[u8], target: Target<'_>)
         Target::Replace(_) => {
             rustix::fs::renameat(dir, tmp_name.as_str(), dir, name).map_err(io::Error::from)
         }
-        Target::CreateNew => rename_noreplace(dir, &tmp_name, name),
+        Target::CreateNew(_) => rename_noreplace(dir, &tmp_name, name),
     });
     if result.is_err() {
         let _ = rustix::fs::unlinkat(dir, tmp_name.as_str(), AtFlags::empty());
@@ -50,6 +51,9 @@ fn create_temp(dir: &OwnedFd, name: &str) -> io::Result<(String, File)> {
 
 fn fill(mut file: File, bytes: &[u8], target: &Target<'_>) -> io::Result<()> {
     file.write_all(bytes)?;
+    if let Target::CreateNew(Some((uid, gid))) = target {
+        rustix::fs::fchown(&file, Some(Uid::from_raw(*uid)), Some(Gid::from_raw(*gid)))?;
+    }
     if let Target::Replace(old) = target {
         rustix::fs::fchmod(&file, Mode::from_raw_mode(old.st_mode & 0o7777))?;
         let (uid, gid) = (old.st_uid, old.st_gid);
@@ -124,11 +128,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("a"), "keep").unwrap();
         let dir = dir_fd(tmp.path());
-        let err = write_atomic(&dir, "a", b"x", Target::CreateNew).unwrap_err();
+        let err = write_atomic(&dir, "a", b"x", Target::CreateNew(None)).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
         assert_eq!(std::fs::read(tmp.path().join("a")).unwrap(), b"keep");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
-        write_atomic(&dir, "b", b"fresh", Target::CreateNew).unwrap();
+        write_atomic(&dir, "b", b"fresh", Target::CreateNew(None)).unwrap();
         assert_eq!(std::fs::read(tmp.path().join("b")).unwrap(), b"fresh");
     }
 }

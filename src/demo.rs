@@ -1,0 +1,162 @@
+//! `sandboxd demo`: the baseline loop on a small project, printed as tool
+//! cards. It starts its own service on 127.0.0.1 (an ephemeral port), drives
+//! it over gRPC like any agent would, and shuts it down.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandboxd::pb::{self, sandbox_client::SandboxClient};
+use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::session::{Config, Registry, SandboxConfig};
+use tonic::transport::Channel;
+
+type AnyError = Box<dyn std::error::Error + Send + Sync>;
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+const TESTS: &str = "import unittest\n\nfrom calc import add, mul\n\n\nclass CalcTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n\n\nif __name__ == \"__main__\":\n    unittest.main()\n";
+const TEST_COMMAND: &str = "python3 -m unittest -v 2>&1";
+
+/// Runs the demo; exits 0 when the loop went red then green.
+pub async fn run() -> Result<ExitCode, AnyError> {
+    let state = tempfile::tempdir()?;
+    let mut config = Config::new(state.path().join("workspaces"));
+    config.sandbox = SandboxConfig::new(&format!("sandboxd-demo-{}", std::process::id()));
+    let runtime = Arc::new(DockerRuntime::new(None));
+    eprintln!("preparing the sandbox image (built once, about a minute the first time)...");
+    runtime.build_default_image().await?;
+    let registry = Arc::new(Registry::new(config, runtime)?);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(sandboxd::server::serve(
+        listener,
+        registry,
+        Duration::from_secs(5),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    let outcome = demo(SandboxClient::new(channel)).await;
+    let _ = stop.send(());
+    server.await??;
+    let (red, green) = outcome?;
+    println!("\nred (exit {red}) -> green (exit {green}): the loop works.");
+    Ok(if red != 0 && green == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn demo(mut c: SandboxClient<Channel>) -> Result<(i64, i64), AnyError> {
+    let session = c
+        .create_session(pb::CreateSessionRequest::default())
+        .await?
+        .into_inner();
+    let sid = session.session_id;
+    println!(
+        "session {sid}: workspace {}, container {}",
+        session.workspace_path,
+        short(&session.container_id)
+    );
+    for (path, content) in [("calc.py", CALC), ("test_calc.py", TESTS)] {
+        c.create_file(pb::CreateFileRequest {
+            session_id: sid.clone(),
+            path: path.into(),
+            content: content.into(),
+        })
+        .await?;
+    }
+    println!("project: calc.py (add is wrong), test_calc.py\n");
+
+    let red = run_card(&mut c, &sid, 1).await?;
+
+    let read = c
+        .read_file(pb::ReadFileRequest {
+            session_id: sid.clone(),
+            path: "calc.py".into(),
+            offset: 0,
+            limit: 0,
+        })
+        .await?
+        .into_inner();
+    let numbered: String = read
+        .content
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{:>4}  {l}\n", read.first_line as usize + i))
+        .collect();
+    card(2, "ReadFile calc.py", &numbered, &read.message);
+
+    let edit = c
+        .edit_file(pb::EditFileRequest {
+            session_id: sid.clone(),
+            path: "calc.py".into(),
+            edits: vec![pb::Edit {
+                old_string: "    return a - b".into(),
+                new_string: "    return a + b".into(),
+                replace_all: false,
+            }],
+            expected_sha256: read.sha256,
+        })
+        .await?
+        .into_inner();
+    card(
+        3,
+        "EditFile calc.py: `return a - b` -> `return a + b`",
+        &edit.diff,
+        &edit.message,
+    );
+
+    let green = run_card(&mut c, &sid, 4).await?;
+    c.close_session(pb::CloseSessionRequest { session_id: sid })
+        .await?;
+    Ok((red, green))
+}
+
+async fn run_card(c: &mut SandboxClient<Channel>, sid: &str, n: usize) -> Result<i64, AnyError> {
+    let mut events = c
+        .run_command(pb::RunCommandRequest {
+            session_id: sid.to_string(),
+            command: TEST_COMMAND.into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    while let Some(ev) = events.message().await? {
+        if let Some(pb::run_command_event::Event::Exit(exit)) = ev.event {
+            let out = exit.stdout.clone().unwrap_or_default();
+            let mut body = out.text;
+            if out.truncated {
+                body.push_str(&format!(
+                    "\n[... {} bytes omitted ...]\n{}",
+                    out.omitted_bytes, out.tail
+                ));
+            }
+            card(
+                n,
+                &format!("RunCommand `{TEST_COMMAND}`"),
+                &body,
+                &crate::cli::exit_summary(&exit),
+            );
+            return Ok(exit.exit_code);
+        }
+    }
+    Err("the command stream ended without an exit event".into())
+}
+
+fn card(n: usize, title: &str, body: &str, footer: &str) {
+    println!("╭─ {n}. {title}");
+    for line in body.lines() {
+        println!("│ {line}");
+    }
+    println!("╰─ {footer}\n");
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}

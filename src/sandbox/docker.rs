@@ -1,0 +1,367 @@
+//! The Docker implementation of [`Runtime`], over bollard. This is the only
+//! module that talks to Docker. The client negotiates the API version with
+//! the daemon on first use (the engine here speaks 1.41), so a daemon that
+//! is down at startup is picked up once it answers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bollard::Docker;
+use bollard::errors::Error as DockerError;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures_util::{StreamExt, TryStreamExt};
+use tokio::sync::{Mutex, OnceCell};
+
+use super::image;
+use super::{ContainerSpec, Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
+
+/// Seconds a Docker API request may take to answer (streams are not limited).
+const REQUEST_TIMEOUT_SECS: u64 = 120;
+
+/// Docker via its Engine API.
+#[derive(Debug)]
+pub struct DockerRuntime {
+    host: Option<String>,
+    client: OnceCell<Docker>,
+    build: Mutex<()>,
+}
+
+impl DockerRuntime {
+    /// A runtime for the daemon at `host` (`unix:///path`, `tcp://...`), or
+    /// the local default (`DOCKER_HOST`, else /var/run/docker.sock).
+    /// Connecting happens on first use.
+    pub fn new(host: Option<String>) -> DockerRuntime {
+        DockerRuntime {
+            host,
+            client: OnceCell::new(),
+            build: Mutex::new(()),
+        }
+    }
+
+    async fn client(&self) -> Result<&Docker, Error> {
+        self.client
+            .get_or_try_init(|| async {
+                let docker = match self.host.as_deref() {
+                    Some(h) if h.starts_with("unix://") => Docker::connect_with_unix(
+                        h,
+                        REQUEST_TIMEOUT_SECS,
+                        bollard::API_DEFAULT_VERSION,
+                    ),
+                    Some(h) => Docker::connect_with_http(
+                        h,
+                        REQUEST_TIMEOUT_SECS,
+                        bollard::API_DEFAULT_VERSION,
+                    ),
+                    None => Docker::connect_with_local_defaults(),
+                }
+                .map_err(|e| Error::Connect(e.to_string()))?;
+                docker
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| Error::Connect(e.to_string()))
+            })
+            .await
+    }
+
+    /// Checks that the daemon answers.
+    pub async fn ping(&self) -> Result<(), Error> {
+        let docker = self.client().await?;
+        docker
+            .ping()
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::Connect(e.to_string()))
+    }
+
+    /// Builds the default image from its recipe unless it already exists.
+    pub async fn build_default_image(&self) -> Result<bool, Error> {
+        let docker = self.client().await?;
+        let reference = image::default_image();
+        // One build at a time in this process, and across processes (tests
+        // run in parallel binaries) through a lock file.
+        let _guard = self.build.lock().await;
+        let lock = tokio::task::spawn_blocking(lock_file)
+            .await
+            .map_err(|e| build_error(e.to_string()))?
+            .map_err(|e| build_error(format!("cannot take the build lock: {e}")))?;
+        if docker.inspect_image(&reference).await.is_ok() {
+            drop(lock);
+            return Ok(false);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("sandboxd-rootfs-")
+            .tempdir()
+            .map_err(|e| build_error(format!("cannot make a build directory: {e}")))?;
+        image::build_rootfs(dir.path()).await?;
+        let mut tar = tokio::process::Command::new("tar")
+            .arg("-C")
+            .arg(dir.path())
+            .args(["--numeric-owner", "-c", "."])
+            .stdout(std::process::Stdio::piped())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| build_error(format!("cannot run tar: {e}")))?;
+        let stdout = tar
+            .stdout
+            .take()
+            .ok_or_else(|| build_error("tar has no stdout".into()))?;
+        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(stdout));
+        let options = CreateImageOptionsBuilder::new()
+            .from_src("-")
+            .repo(image::REPOSITORY)
+            .tag(&image::default_tag())
+            .build();
+        docker
+            .create_image(Some(options), Some(body), None)
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(|e| build_error(format!("docker import failed: {e}")))?;
+        let status = tar.wait().await.map_err(|e| build_error(e.to_string()))?;
+        if !status.success() {
+            return Err(build_error(format!("tar failed: {status}")));
+        }
+        let dir_path = dir.path().to_path_buf();
+        tokio::task::spawn_blocking(move || dir.close())
+            .await
+            .map_err(|e| build_error(e.to_string()))?
+            .map_err(|e| build_error(format!("cannot remove {}: {e}", dir_path.display())))?;
+        drop(lock);
+        tracing::info!(image = %reference, "default sandbox image built");
+        Ok(true)
+    }
+}
+
+fn build_error(why: String) -> Error {
+    Error::BuildImage {
+        image: image::default_image(),
+        why,
+    }
+}
+
+/// An exclusive lock on a file shared by every sandboxd process.
+fn lock_file() -> std::io::Result<std::fs::File> {
+    let path: PathBuf = std::env::temp_dir().join("sandboxd-image-build.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(file)
+}
+
+/// Maps a Docker error: transport failures mean the daemon is unreachable;
+/// API errors belong to the operation.
+fn classify(op: fn(String) -> Error, e: DockerError) -> Error {
+    match e {
+        DockerError::DockerResponseServerError {
+            status_code,
+            message,
+        } => op(format!("{message} (HTTP {status_code})")),
+        other => Error::Connect(other.to_string()),
+    }
+}
+
+fn is_status(e: &DockerError, codes: &[u16]) -> bool {
+    matches!(e, DockerError::DockerResponseServerError { status_code, .. } if codes.contains(status_code))
+}
+
+#[tonic::async_trait]
+impl Runtime for DockerRuntime {
+    async fn ensure_image(&self, reference: &str) -> Result<(), Error> {
+        let docker = self.client().await?;
+        match docker.inspect_image(reference).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, &[404]) => {
+                if reference == image::default_image() {
+                    self.build_default_image().await.map(|_| ())
+                } else {
+                    Err(Error::ImageMissing {
+                        image: reference.to_string(),
+                        why: "it is not in the local image store and images are never pulled"
+                            .into(),
+                    })
+                }
+            }
+            Err(e) => Err(classify(Error::StartContainer, e)),
+        }
+    }
+
+    async fn start_container(&self, spec: &ContainerSpec) -> Result<String, Error> {
+        let docker = self.client().await?;
+        let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
+        let host_config = HostConfig {
+            binds: Some(vec![format!("{}:/workspace:rw", spec.workspace.display())]),
+            network_mode: Some("none".into()),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_string(),
+                format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
+            )])),
+            memory: Some(memory),
+            // No swap beyond the memory limit.
+            memory_swap: Some(memory),
+            nano_cpus: Some(i64::try_from(spec.limits.nano_cpus).unwrap_or(i64::MAX)),
+            pids_limit: Some(i64::try_from(spec.limits.pids).unwrap_or(i64::MAX)),
+            init: Some(true),
+            runtime: spec.runtime.clone(),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            user: Some(spec.user.clone()),
+            working_dir: Some("/workspace".into()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            labels: Some(spec.labels.clone().into_iter().collect()),
+            network_disabled: Some(true),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let name = format!(
+            "sandboxd-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..12]
+        );
+        let options = CreateContainerOptionsBuilder::new().name(&name).build();
+        let created = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| classify(Error::StartContainer, e))?;
+        if let Err(e) = docker.start_container(&created.id, None).await {
+            let _ = self.remove_container(&created.id).await;
+            return Err(classify(Error::StartContainer, e));
+        }
+        Ok(created.id)
+    }
+
+    async fn kill_container(&self, id: &str) -> Result<(), Error> {
+        let docker = self.client().await?;
+        let options = KillContainerOptionsBuilder::new().signal("KILL").build();
+        match docker.kill_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            // Already gone or not running: the goal is met.
+            Err(e) if is_status(&e, &[404, 409]) => Ok(()),
+            Err(e) => Err(classify(Error::KillContainer, e)),
+        }
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), Error> {
+        let docker = self.client().await?;
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
+        match docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_status(&e, &[404]) => Ok(()),
+            // Removal already in progress.
+            Err(e) if is_status(&e, &[409]) => Ok(()),
+            Err(e) => Err(classify(Error::RemoveContainer, e)),
+        }
+    }
+
+    async fn start_exec(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<(String, OutputStream), Error> {
+        let docker = self.client().await?;
+        let options = CreateExecOptions {
+            attach_stdin: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            cmd: Some(spec.argv.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(spec.cwd.clone()),
+            user: Some(spec.user.clone()),
+            ..Default::default()
+        };
+        let exec = docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| classify(Error::StartExec, e))?;
+        let started = docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| classify(Error::StartExec, e))?;
+        let StartExecResults::Attached { output, .. } = started else {
+            return Err(Error::StartExec("the exec started detached".into()));
+        };
+        let stream = output.filter_map(|item| async move {
+            match item {
+                Ok(bollard::container::LogOutput::StdOut { message }) => {
+                    Some(Ok(Output::Stdout(message)))
+                }
+                Ok(bollard::container::LogOutput::StdErr { message }) => {
+                    Some(Ok(Output::Stderr(message)))
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(classify(Error::StartExec, e))),
+            }
+        });
+        Ok((exec.id, Box::pin(stream)))
+    }
+
+    async fn exec_state(&self, exec: &str) -> Result<ExecState, Error> {
+        let docker = self.client().await?;
+        let info = docker
+            .inspect_exec(exec)
+            .await
+            .map_err(|e| classify(Error::InspectExec, e))?;
+        Ok(if info.running.unwrap_or(false) {
+            ExecState::Running
+        } else {
+            ExecState::Exited(info.exit_code)
+        })
+    }
+
+    async fn remove_labelled(
+        &self,
+        label: &str,
+        value: &str,
+        keep_label: &str,
+        keep_value: &str,
+    ) -> Result<usize, Error> {
+        let docker = self.client().await?;
+        let filters = HashMap::from([("label", vec![format!("{label}={value}")])]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| classify(Error::ListContainers, e))?;
+        let mut removed = 0;
+        for c in containers {
+            let keep = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(keep_label))
+                .is_some_and(|v| v == keep_value);
+            if keep {
+                continue;
+            }
+            if let Some(id) = c.id {
+                self.remove_container(&id).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}

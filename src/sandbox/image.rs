@@ -1,0 +1,89 @@
+//! The default sandbox image: its recipe (`images/default/build.sh`, built
+//! into the binary), the tag derived from the recipe's hash (a changed
+//! recipe means a new tag, hence a rebuild; an unchanged one is never rebuilt),
+//! and building its root filesystem on the host. Importing the result is the
+//! engine's job ([`super::docker`]).
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::Error;
+
+/// The recipe, as shipped in the repository.
+pub const RECIPE: &str = include_str!("../../images/default/build.sh");
+
+/// Repository name of the default image.
+pub const REPOSITORY: &str = "sandboxd-default";
+
+/// The default image's tag: the recipe hash, so it changes with the recipe.
+pub fn default_tag() -> String {
+    hex::encode(Sha256::digest(RECIPE.as_bytes()))[..12].to_string()
+}
+
+/// The default image reference, `sandboxd-default:<hash>`.
+pub fn default_image() -> String {
+    format!("{REPOSITORY}:{}", default_tag())
+}
+
+/// Runs the recipe to fill `rootfs` (needs root and debootstrap).
+pub async fn build_rootfs(rootfs: &Path) -> Result<(), Error> {
+    let fail = |why: String| Error::BuildImage {
+        image: default_image(),
+        why,
+    };
+    if which("debootstrap").is_none() {
+        return Err(fail(
+            "debootstrap is not installed; install it (apt-get install debootstrap) and retry"
+                .into(),
+        ));
+    }
+    tracing::info!(image = %default_image(), "building the default sandbox image (about a minute)");
+    let out = tokio::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(RECIPE)
+        .arg("build.sh")
+        .arg(rootfs)
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| fail(format!("cannot run the recipe: {e}")))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(fail(format!(
+            "the recipe failed ({}):\n{}",
+            out.status,
+            tail.join("\n")
+        )));
+    }
+    Ok(())
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_follows_the_recipe() {
+        assert_eq!(default_tag().len(), 12);
+        assert_eq!(
+            default_image(),
+            format!("sandboxd-default:{}", default_tag())
+        );
+        assert!(RECIPE.contains("debootstrap"));
+    }
+}

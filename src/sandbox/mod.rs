@@ -1,0 +1,277 @@
+//! Commands in throwaway containers.
+//!
+//! [`Runtime`] is the seam to the container engine; [`docker`] implements
+//! it with bollard and is the only module that talks to Docker. Everything
+//! else here is engine-independent: output capping ([`capture`]), the slip
+//! guard ([`guard`]), the command runner with its timeout and kill ladder
+//! ([`run`]), and [`Sandbox`], the owner of one session's container.
+
+pub mod capture;
+pub mod docker;
+pub mod guard;
+pub mod image;
+pub mod run;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::Stream;
+
+pub use capture::Captured;
+pub use run::{CommandSpec, Event, ExitReport, KilledBy};
+
+/// Why a sandbox operation failed. Variants name the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine could not be reached or refused the connection.
+    #[error("the container engine is unreachable: {0}")]
+    Connect(String),
+    /// The image is not present and cannot be pulled here.
+    #[error("image {image} is not present: {why}")]
+    ImageMissing {
+        /// Image reference.
+        image: String,
+        /// What was tried.
+        why: String,
+    },
+    /// Building the default image failed.
+    #[error("building image {image} failed: {why}")]
+    BuildImage {
+        /// Image reference.
+        image: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// Creating or starting a container failed.
+    #[error("starting a container failed: {0}")]
+    StartContainer(String),
+    /// Creating or starting an exec failed.
+    #[error("starting the command failed: {0}")]
+    StartExec(String),
+    /// Inspecting an exec failed.
+    #[error("inspecting the command failed: {0}")]
+    InspectExec(String),
+    /// Killing a container failed.
+    #[error("killing the container failed: {0}")]
+    KillContainer(String),
+    /// Removing a container failed.
+    #[error("removing the container failed: {0}")]
+    RemoveContainer(String),
+    /// Listing containers failed.
+    #[error("listing containers failed: {0}")]
+    ListContainers(String),
+}
+
+/// One chunk of command output.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// Bytes written to stdout.
+    Stdout(Bytes),
+    /// Bytes written to stderr.
+    Stderr(Bytes),
+}
+
+/// Output of an exec, ending when every writer has closed its end.
+pub type OutputStream = Pin<Box<dyn Stream<Item = Result<Output, Error>> + Send>>;
+
+/// State of an exec's main process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecState {
+    /// Still running.
+    Running,
+    /// Exited with this code (128+n when killed by signal n), if known.
+    Exited(Option<i64>),
+}
+
+/// Resource limits of a container.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory ceiling in bytes (swap is not allowed beyond it).
+    pub memory_bytes: u64,
+    /// CPU quota in billionths of a CPU.
+    pub nano_cpus: u64,
+    /// Most processes and threads at once.
+    pub pids: u64,
+}
+
+/// Everything needed to start a session's container.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    /// Image reference.
+    pub image: String,
+    /// Host directory mounted read-write at /workspace.
+    pub workspace: PathBuf,
+    /// "uid:gid" the container and its commands run as.
+    pub user: String,
+    /// Environment of every command.
+    pub env: BTreeMap<String, String>,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Size of the /tmp tmpfs in bytes.
+    pub tmp_bytes: u64,
+    /// Labels marking the container as this service's.
+    pub labels: BTreeMap<String, String>,
+    /// Container runtime (e.g. "runsc"); `None` for the engine default.
+    pub runtime: Option<String>,
+}
+
+/// One process to run in a container.
+#[derive(Debug, Clone)]
+pub struct ExecSpec {
+    /// argv.
+    pub argv: Vec<String>,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory inside the container.
+    pub cwd: String,
+    /// "uid:gid".
+    pub user: String,
+}
+
+/// The seam to a container engine.
+#[tonic::async_trait]
+pub trait Runtime: Send + Sync + std::fmt::Debug {
+    /// Makes sure `image` is present (building the default image if needed).
+    async fn ensure_image(&self, image: &str) -> Result<(), Error>;
+    /// Creates and starts a container; returns its id.
+    async fn start_container(&self, spec: &ContainerSpec) -> Result<String, Error>;
+    /// Kills a container at once (SIGKILL to everything in it).
+    async fn kill_container(&self, id: &str) -> Result<(), Error>;
+    /// Removes a container, running or not. A missing one is not an error.
+    async fn remove_container(&self, id: &str) -> Result<(), Error>;
+    /// Starts a process in a container; returns the exec id and its output.
+    async fn start_exec(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<(String, OutputStream), Error>;
+    /// Whether an exec's main process still runs.
+    async fn exec_state(&self, exec: &str) -> Result<ExecState, Error>;
+    /// Removes every container carrying `label=value` whose `keep_label` is
+    /// not `keep_value`; returns how many were removed.
+    async fn remove_labelled(
+        &self,
+        label: &str,
+        value: &str,
+        keep_label: &str,
+        keep_value: &str,
+    ) -> Result<usize, Error>;
+}
+
+/// Labels every container of the service carries.
+pub mod labels {
+    /// The owning session id.
+    pub const SESSION: &str = "sandboxd.session";
+    /// The id of the service process that created the container.
+    pub const INSTANCE: &str = "sandboxd.instance";
+    /// The service name: instances with the same name are one service over
+    /// time, so a new one removes what an old one leaked.
+    pub const SERVICE: &str = "sandboxd.service";
+}
+
+/// The container of one session: started on demand, replaced after a hard
+/// kill, removed with the session. Its owner is the session.
+#[derive(Debug)]
+pub struct Sandbox {
+    runtime: Arc<dyn Runtime>,
+    spec: ContainerSpec,
+    container: tokio::sync::Mutex<Option<String>>,
+}
+
+impl Sandbox {
+    /// A sandbox that will start containers from `spec`.
+    pub fn new(runtime: Arc<dyn Runtime>, spec: ContainerSpec) -> Sandbox {
+        Sandbox {
+            runtime,
+            spec,
+            container: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The container spec.
+    pub fn spec(&self) -> &ContainerSpec {
+        &self.spec
+    }
+
+    /// The running container's id, if one is up.
+    pub async fn container_id(&self) -> Option<String> {
+        self.container.lock().await.clone()
+    }
+
+    /// The container, started if there is none.
+    pub async fn ensure(&self) -> Result<String, Error> {
+        let mut slot = self.container.lock().await;
+        if let Some(id) = slot.as_ref() {
+            return Ok(id.clone());
+        }
+        self.runtime.ensure_image(&self.spec.image).await?;
+        let id = self.runtime.start_container(&self.spec).await?;
+        *slot = Some(id.clone());
+        Ok(id)
+    }
+
+    /// Forgets and removes container `id` after it was killed as a hard
+    /// stop; the next command starts a fresh one over the same workspace.
+    pub async fn discard(&self, id: &str) {
+        {
+            let mut slot = self.container.lock().await;
+            if slot.as_deref() == Some(id) {
+                *slot = None;
+            }
+        }
+        if let Err(e) = self.runtime.remove_container(id).await {
+            tracing::warn!(container = %id, error = %e, "cannot remove killed container");
+        }
+    }
+
+    /// Removes the container (session close).
+    pub async fn close(&self) -> Result<(), Error> {
+        let id = self.container.lock().await.take();
+        match id {
+            Some(id) => self.runtime.remove_container(&id).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts one command in the container (starting the container first
+    /// if there is none). Drive the result with [`run::Running::drive`],
+    /// then call [`Sandbox::finished`].
+    pub async fn start(&self, spec: CommandSpec) -> Result<run::Running, Error> {
+        let container = self.ensure().await?;
+        match run::start(
+            Arc::clone(&self.runtime),
+            &container,
+            &self.spec.user,
+            spec.clone(),
+        )
+        .await
+        {
+            Ok(running) => Ok(running),
+            // The container may have died under us (killed from outside):
+            // start a fresh one once and retry.
+            Err(e) if !matches!(e, Error::Connect(_)) => {
+                tracing::warn!(container = %container, error = %e, "exec failed; replacing the container");
+                self.discard(&container).await;
+                let container = self.ensure().await?;
+                run::start(Arc::clone(&self.runtime), &container, &self.spec.user, spec).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Bookkeeping after a command ended: a container killed as the hard
+    /// stop is replaced before the next command.
+    pub async fn finished(&self, container: &str, report: &ExitReport) {
+        if report.killed_by == KilledBy::Container {
+            self.discard(container).await;
+        }
+    }
+
+    /// The runtime (for the registry's startup sweep).
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.runtime
+    }
+}

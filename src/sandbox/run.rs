@@ -1,0 +1,447 @@
+//! Running one command: the four gates' runtime half and the kill ladder.
+//!
+//! The command runs as `sh -c` under a small shell wrapper in its own exec.
+//! Docker starts every exec as a session and process-group leader, so the
+//! wrapper's pid is the command's process group; the wrapper writes it to a
+//! file in /tmp so a second exec can signal the whole group (Docker has no
+//! API to kill an exec). Output is capped while it arrives and drained past
+//! the cap. On timeout or when the client goes away the ladder runs: SIGTERM
+//! to the group, a grace period, SIGKILL to the group, and finally killing
+//! the container as the hard stop. A command whose main process has exited
+//! returns shortly after even if a background child still holds its output.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::sleep_until;
+
+use super::capture::{Capture, Captured};
+use super::{Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
+
+/// Wait between SIGTERM and SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
+/// Wait after SIGKILL before killing the container.
+const KILL_GRACE: Duration = Duration::from_secs(1);
+/// How often a running exec is checked for exit while its output is open.
+const EXIT_POLL: Duration = Duration::from_millis(200);
+/// Output still accepted after the main process exited.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
+
+/// The wrapper: record the process group (our pid), run the command with
+/// stdin closed, clean up. A TERM aimed at the group must not end the
+/// wrapper before the command, or the exec would look finished while the
+/// command lives on: the no-op trap defers it until the command returns.
+const WRAPPER: &str = r#"trap : TERM; echo $$ >"$1" 2>/dev/null; /bin/sh -c "$2" </dev/null; rc=$?; rm -f "$1"; exit $rc"#;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// Shell command line.
+    pub command: String,
+    /// Absolute working directory in the container.
+    pub cwd: String,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+    /// Characters kept of stdout.
+    pub stdout_cap: usize,
+    /// Characters kept of stderr.
+    pub stderr_cap: usize,
+}
+
+/// Which rung of the ladder stopped the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KilledBy {
+    /// It ended by itself.
+    None,
+    /// SIGTERM to its process group.
+    ProcessGroupTerm,
+    /// SIGKILL to its process group.
+    ProcessGroupKill,
+    /// The container was killed (the session gets a fresh one).
+    Container,
+}
+
+/// The final result of a command.
+#[derive(Debug, Clone)]
+pub struct ExitReport {
+    /// Exit code (128+n for signal n); -1 when unknown.
+    pub exit_code: i64,
+    /// The timeout fired.
+    pub timed_out: bool,
+    /// The client went away before the end.
+    pub cancelled: bool,
+    /// Which rung stopped it.
+    pub killed_by: KilledBy,
+    /// Wall time from start to result.
+    pub duration: Duration,
+    /// Kept stdout.
+    pub stdout: Captured,
+    /// Kept stderr.
+    pub stderr: Captured,
+}
+
+/// Events of one command, in order: `Started`, chunks, `Exit`.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The command is running.
+    Started {
+        /// Container it runs in.
+        container_id: String,
+        /// Working directory in the container.
+        cwd: String,
+        /// The timeout in force.
+        timeout: Duration,
+    },
+    /// Live stdout text (within the cap).
+    Stdout(String),
+    /// Live stderr text (within the cap).
+    Stderr(String),
+    /// The end, with the whole capped result.
+    Exit(ExitReport),
+}
+
+/// Why the main loop stopped.
+enum Stop {
+    Finished,
+    TimedOut,
+    Cancelled,
+}
+
+/// A started command, ready to be driven to its end.
+pub struct Running {
+    rt: Arc<dyn Runtime>,
+    container: String,
+    user: String,
+    exec_id: String,
+    pidfile: String,
+    output: OutputStream,
+    spec: CommandSpec,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("container", &self.container)
+            .field("exec_id", &self.exec_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts `spec` in `container` as `user`. Errors here mean the command
+/// never ran.
+pub async fn start(
+    rt: Arc<dyn Runtime>,
+    container: &str,
+    user: &str,
+    spec: CommandSpec,
+) -> Result<Running, Error> {
+    let started = Instant::now();
+    let pidfile = format!("/tmp/.sandboxd-{}.pid", uuid::Uuid::new_v4().simple());
+    let exec = ExecSpec {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            WRAPPER.into(),
+            "sandboxd".into(),
+            pidfile.clone(),
+            spec.command.clone(),
+        ],
+        env: spec.env.clone(),
+        cwd: spec.cwd.clone(),
+        user: user.to_string(),
+    };
+    let (exec_id, output) = rt.start_exec(container, &exec).await?;
+    Ok(Running {
+        rt,
+        container: container.to_string(),
+        user: user.to_string(),
+        exec_id,
+        pidfile,
+        output,
+        spec,
+        started,
+    })
+}
+
+impl Running {
+    /// The container the command runs in.
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    /// Drives the command to its end, sending `Started`, live chunks and
+    /// `Exit` to `events` while the receiver listens. Always ends with a
+    /// report; a closed receiver counts as cancellation.
+    pub async fn drive(self, events: mpsc::Sender<Event>) -> ExitReport {
+        let Running {
+            rt,
+            container,
+            user,
+            exec_id,
+            pidfile,
+            mut output,
+            spec,
+            started,
+        } = self;
+        let rt = rt.as_ref();
+        let container = container.as_str();
+        let user = user.as_str();
+        drive(
+            rt,
+            container,
+            user,
+            &exec_id,
+            &pidfile,
+            &mut output,
+            &spec,
+            started,
+            events,
+        )
+        .await
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    rt: &dyn Runtime,
+    container: &str,
+    user: &str,
+    exec_id: &str,
+    pidfile: &str,
+    output: &mut OutputStream,
+    spec: &CommandSpec,
+    started: Instant,
+    events: mpsc::Sender<Event>,
+) -> ExitReport {
+    let deadline = tokio::time::Instant::from_std(started) + spec.timeout;
+    let mut stdout = Capture::new(spec.stdout_cap);
+    let mut stderr = Capture::new(spec.stderr_cap);
+    let mut client_gone = events
+        .send(Event::Started {
+            container_id: container.to_string(),
+            cwd: spec.cwd.clone(),
+            timeout: spec.timeout,
+        })
+        .await
+        .is_err();
+
+    let mut poll = tokio::time::interval(EXIT_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    let far = deadline + Duration::from_secs(3600);
+    let stop = if client_gone {
+        Stop::Cancelled
+    } else {
+        loop {
+            tokio::select! {
+                item = output.next() => match item {
+                    Some(Ok(chunk)) => {
+                        if let Some(ev) = capture(&mut stdout, &mut stderr, chunk) {
+                            // A slow client must not stall the timeout.
+                            tokio::select! {
+                                sent = events.send(ev) => if sent.is_err() { client_gone = true; break Stop::Cancelled },
+                                _ = sleep_until(deadline) => break Stop::TimedOut,
+                            }
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "command output stream failed");
+                        break Stop::Finished;
+                    }
+                    None => break Stop::Finished,
+                },
+                _ = sleep_until(deadline), if drain_until.is_none() => break Stop::TimedOut,
+                _ = events.closed() => { client_gone = true; break Stop::Cancelled },
+                _ = poll.tick(), if drain_until.is_none() => {
+                    if let Ok(ExecState::Exited(_)) = rt.exec_state(exec_id).await {
+                        // The command is done; a background child may still
+                        // hold the pipes. Take what is in flight, then stop.
+                        drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                    }
+                }
+                _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break Stop::Finished,
+            }
+        }
+    };
+
+    let mut killed_by = KilledBy::None;
+    if !matches!(stop, Stop::Finished) {
+        // Keep draining (never let the writer block) while the ladder runs.
+        let ladder = ladder(rt, container, user, exec_id, pidfile);
+        tokio::pin!(ladder);
+        let mut ladder_done = false;
+        let mut output_done = false;
+        let mut settle: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                rung = &mut ladder, if !ladder_done => {
+                    killed_by = rung;
+                    ladder_done = true;
+                    if output_done { break; }
+                    settle = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                item = output.next(), if !output_done => match item {
+                    Some(Ok(chunk)) => {
+                        if let Some(ev) = capture(&mut stdout, &mut stderr, chunk) && !client_gone {
+                            client_gone = events.try_send(ev).is_err() && events.is_closed();
+                        }
+                    }
+                    Some(Err(_)) | None => {
+                        output_done = true;
+                        if ladder_done { break; }
+                    }
+                },
+                _ = sleep_until(settle.unwrap_or(far)), if settle.is_some() => break,
+            }
+        }
+    }
+
+    let exit_code = final_exit_code(rt, exec_id).await;
+    let report = ExitReport {
+        exit_code,
+        timed_out: matches!(stop, Stop::TimedOut),
+        cancelled: matches!(stop, Stop::Cancelled),
+        killed_by,
+        duration: started.elapsed(),
+        stdout: stdout.finish(),
+        stderr: stderr.finish(),
+    };
+    if !client_gone {
+        let _ = events.send(Event::Exit(report.clone())).await;
+    }
+    report
+}
+
+/// Feeds a chunk to its capture; returns the live event to forward, if any.
+fn capture(stdout: &mut Capture, stderr: &mut Capture, chunk: Output) -> Option<Event> {
+    match chunk {
+        Output::Stdout(b) => stdout.push(&b).map(Event::Stdout),
+        Output::Stderr(b) => stderr.push(&b).map(Event::Stderr),
+    }
+}
+
+/// The exit code once the exec has ended (briefly waiting for Docker to
+/// record it); -1 when unknown, e.g. after the container was killed.
+async fn final_exit_code(rt: &dyn Runtime, exec_id: &str) -> i64 {
+    for _ in 0..50 {
+        match rt.exec_state(exec_id).await {
+            Ok(ExecState::Exited(code)) => return code.unwrap_or(-1),
+            Ok(ExecState::Running) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(_) => return -1,
+        }
+    }
+    -1
+}
+
+/// SIGTERM to the group, grace, SIGKILL to the group, grace, then the
+/// container. Returns the rung that ended the command.
+async fn ladder(
+    rt: &dyn Runtime,
+    container: &str,
+    user: &str,
+    exec_id: &str,
+    pidfile: &str,
+) -> KilledBy {
+    if let Some(pgid) = term_group(rt, container, user, pidfile).await {
+        if gone(rt, container, user, exec_id, pgid, TERM_GRACE).await {
+            return KilledBy::ProcessGroupTerm;
+        }
+        let _ = helper(rt, container, user, &format!("kill -KILL -- -{pgid}")).await;
+        if gone(rt, container, user, exec_id, pgid, KILL_GRACE).await {
+            return KilledBy::ProcessGroupKill;
+        }
+    }
+    if let Err(e) = rt.kill_container(container).await {
+        tracing::warn!(container, error = %e, "cannot kill container");
+    }
+    KilledBy::Container
+}
+
+/// Reads the group id from the pidfile and sends SIGTERM to the group.
+async fn term_group(rt: &dyn Runtime, container: &str, user: &str, pidfile: &str) -> Option<u32> {
+    // The wrapper may not have written the file yet if the timeout is tiny.
+    for _ in 0..3 {
+        let script = format!(
+            r#"p=$(cat '{pidfile}' 2>/dev/null) && [ -n "$p" ] && echo "$p" && kill -TERM -- "-$p""#
+        );
+        if let Ok((0, out)) = helper(rt, container, user, &script).await
+            && let Ok(pgid) = out.trim().parse::<u32>()
+            && pgid > 1
+        {
+            return Some(pgid);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// Waits up to `grace` for the exec to end and its group to be empty.
+async fn gone(
+    rt: &dyn Runtime,
+    container: &str,
+    user: &str,
+    exec_id: &str,
+    pgid: u32,
+    grace: Duration,
+) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        let exited = matches!(rt.exec_state(exec_id).await, Ok(ExecState::Exited(_)));
+        // Background members that ignored the signal still count.
+        if exited && !group_alive(rt, container, user, pgid).await {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn group_alive(rt: &dyn Runtime, container: &str, user: &str, pgid: u32) -> bool {
+    // If the check cannot run, assume the worst and move down the ladder.
+    !matches!(
+        helper(
+            rt,
+            container,
+            user,
+            &format!("kill -0 -- -{pgid} 2>/dev/null")
+        )
+        .await,
+        Ok((1, _))
+    )
+}
+
+/// Runs a short shell snippet in the container; returns exit code and stdout.
+async fn helper(
+    rt: &dyn Runtime,
+    container: &str,
+    user: &str,
+    script: &str,
+) -> Result<(i64, String), Error> {
+    let spec = ExecSpec {
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: BTreeMap::new(),
+        cwd: "/".into(),
+        user: user.to_string(),
+    };
+    let (id, mut output) = rt.start_exec(container, &spec).await?;
+    let mut out = Vec::new();
+    let collect = async {
+        while let Some(item) = output.next().await {
+            if let Ok(Output::Stdout(b)) = item {
+                out.extend_from_slice(&b);
+            }
+        }
+    };
+    // A helper never needs long; do not let a wedged one stall the ladder.
+    let _ = tokio::time::timeout(Duration::from_secs(2), collect).await;
+    let code = final_exit_code(rt, &id).await;
+    Ok((code, String::from_utf8_lossy(&out).into_owned()))
+}
