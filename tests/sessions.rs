@@ -116,6 +116,7 @@ async fn existing_directory_only_under_an_allowed_root_and_kept_on_close() {
         .create_session(pb::CreateSessionRequest {
             workspace_path: project.display().to_string(),
             ttl_seconds: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -151,6 +152,7 @@ async fn existing_directory_only_under_an_allowed_root_and_kept_on_close() {
             .create_session(pb::CreateSessionRequest {
                 workspace_path: path.clone(),
                 ttl_seconds: 0,
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -165,6 +167,7 @@ async fn existing_directory_only_under_an_allowed_root_and_kept_on_close() {
                 .display()
                 .to_string(),
             ttl_seconds: 0,
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -188,6 +191,7 @@ async fn idle_sessions_expire_after_their_ttl() {
         .create_session(pb::CreateSessionRequest {
             workspace_path: String::new(),
             ttl_seconds: 1,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -352,7 +352,7 @@ async fn ladder(
         if gone(rt, container, user, exec_id, pgid, TERM_GRACE).await {
             return KilledBy::ProcessGroupTerm;
         }
-        let _ = helper(rt, container, user, &format!("kill -KILL -- -{pgid}")).await;
+        let _ = helper(rt, container, user, &format!("kill -KILL -{pgid}")).await;
         if gone(rt, container, user, exec_id, pgid, KILL_GRACE).await {
             return KilledBy::ProcessGroupKill;
         }
@@ -368,7 +368,7 @@ async fn term_group(rt: &dyn Runtime, container: &str, user: &str, pidfile: &str
     // The wrapper may not have written the file yet if the timeout is tiny.
     for _ in 0..3 {
         let script = format!(
-            r#"p=$(cat '{pidfile}' 2>/dev/null) && [ -n "$p" ] && echo "$p" && kill -TERM -- "-$p""#
+            r#"p=$(cat '{pidfile}' 2>/dev/null) && [ -n "$p" ] && echo "$p" && kill -TERM "-$p""#
         );
         if let Ok((0, out)) = helper(rt, container, user, &script).await
             && let Ok(pgid) = out.trim().parse::<u32>()
@@ -407,13 +407,7 @@ async fn gone(
 async fn group_alive(rt: &dyn Runtime, container: &str, user: &str, pgid: u32) -> bool {
     // If the check cannot run, assume the worst and move down the ladder.
     !matches!(
-        helper(
-            rt,
-            container,
-            user,
-            &format!("kill -0 -- -{pgid} 2>/dev/null")
-        )
-        .await,
+        helper(rt, container, user, &format!("kill -0 -{pgid} 2>/dev/null")).await,
         Ok((1, _))
     )
 }

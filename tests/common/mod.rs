@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
-use sandboxd::session::{Config, Registry};
+use sandboxd::sandbox::Runtime;
+use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::session::{Config, Registry, SandboxConfig};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -22,22 +24,55 @@ pub struct TestServer {
     /// Operators allow existing directories under this root.
     pub allowed_root: TempDir,
     workspaces: TempDir,
+    /// Containers of this server carry `sandboxd.service=<service>`.
+    pub service: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// A Docker host where no daemon listens: file-tool tests run without
+/// containers (and show that file tools work when the engine is down).
+pub const NO_DOCKER: &str = "unix:///nonexistent/sandboxd-test-docker.sock";
+
 impl TestServer {
+    /// A server for file-tool tests: its container engine is unreachable.
     pub async fn start() -> TestServer {
         Self::start_with(|_| {}).await
     }
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        Self::build(Arc::new(DockerRuntime::new(Some(NO_DOCKER.into()))), tweak).await
+    }
+
+    /// A server over the real Docker daemon (with the default image built).
+    pub async fn with_docker() -> TestServer {
+        Self::with_docker_and(|_| {}).await
+    }
+
+    pub async fn with_docker_and(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let docker = Arc::new(DockerRuntime::new(None));
+        if let Err(e) = docker.ping().await {
+            panic!("these tests need a running Docker daemon (docker info must answer): {e}");
+        }
+        docker
+            .build_default_image()
+            .await
+            .unwrap_or_else(|e| panic!("cannot build the default sandbox image: {e}"));
+        Self::build(docker, tweak).await
+    }
+
+    async fn build(runtime: Arc<dyn Runtime>, tweak: impl FnOnce(&mut Config)) -> TestServer {
         let workspaces = tempfile::tempdir().unwrap();
         let allowed_root = tempfile::tempdir().unwrap();
         let mut config = Config::new(workspaces.path().to_path_buf());
         config.allowed_roots = vec![allowed_root.path().to_path_buf()];
+        let service = format!(
+            "sandboxd-test-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..10]
+        );
+        config.sandbox = SandboxConfig::new(&service);
         tweak(&mut config);
-        let registry = Arc::new(Registry::new(config).unwrap());
+        let registry = Arc::new(Registry::new(config, runtime).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -61,6 +96,7 @@ impl TestServer {
             addr,
             allowed_root,
             workspaces,
+            service,
             stop: Some(stop),
             task: Some(task),
         }
@@ -85,6 +121,45 @@ impl TestServer {
         }
         if let Some(task) = self.task.take() {
             task.await.unwrap();
+        }
+    }
+
+    /// Ids of this server's containers that exist now (docker CLI).
+    pub fn containers(&self) -> Vec<String> {
+        containers_labelled(&format!("sandboxd.service={}", self.service))
+    }
+}
+
+/// Ids of containers with `label` (docker CLI), running or not.
+pub fn containers_labelled(label: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+impl Drop for TestServer {
+    /// A test that panicked never called `stop`: remove its containers so
+    /// no test leaks one.
+    fn drop(&mut self) {
+        if self.stop.is_some() {
+            let ids = self.containers();
+            if !ids.is_empty() {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f"])
+                    .args(&ids)
+                    .output();
+            }
         }
     }
 }
@@ -155,4 +230,66 @@ pub fn read_req(session: &str, path: &str) -> pb::ReadFileRequest {
         offset: 0,
         limit: 0,
     }
+}
+
+/// What one RunCommand call produced.
+pub struct Ran {
+    pub started: Option<pb::CommandStarted>,
+    pub live_stdout: String,
+    pub live_stderr: String,
+    pub exit: pb::CommandExit,
+    pub elapsed: Duration,
+}
+
+impl Ran {
+    pub fn stdout(&self) -> &str {
+        &self.exit.stdout.as_ref().unwrap().text
+    }
+    pub fn stderr(&self) -> &str {
+        &self.exit.stderr.as_ref().unwrap().text
+    }
+}
+
+/// Runs `command` and collects every event; panics on a refused call.
+pub async fn run(client: &Client, session: &str, command: &str, timeout_ms: u64) -> Ran {
+    try_run(client, run_req(session, command, timeout_ms))
+        .await
+        .unwrap()
+}
+
+pub fn run_req(session: &str, command: &str, timeout_ms: u64) -> pb::RunCommandRequest {
+    pb::RunCommandRequest {
+        session_id: session.into(),
+        command: command.into(),
+        timeout_ms,
+        ..Default::default()
+    }
+}
+
+pub async fn try_run(client: &Client, req: pb::RunCommandRequest) -> Result<Ran, tonic::Status> {
+    use pb::run_command_event::Event;
+    let t0 = std::time::Instant::now();
+    let mut events = client.clone().run_command(req).await?.into_inner();
+    let (mut started, mut live_stdout, mut live_stderr) = (None, String::new(), String::new());
+    while let Some(ev) = events.message().await? {
+        match ev.event.expect("event") {
+            Event::Started(s) => {
+                assert!(started.is_none(), "two started events");
+                started = Some(s);
+            }
+            Event::Stdout(c) => live_stdout.push_str(&c.data),
+            Event::Stderr(c) => live_stderr.push_str(&c.data),
+            Event::Exit(exit) => {
+                assert!(events.message().await?.is_none(), "events after exit");
+                return Ok(Ran {
+                    started,
+                    live_stdout,
+                    live_stderr,
+                    exit,
+                    elapsed: t0.elapsed(),
+                });
+            }
+        }
+    }
+    panic!("stream ended without an exit event");
 }
