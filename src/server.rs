@@ -17,6 +17,9 @@ use crate::session::Registry;
 /// Largest request or reply message: a 10 MiB file plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
+/// How long open connections may finish after shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -60,13 +63,33 @@ pub async fn serve(
         }
     });
 
-    let result = Server::builder()
+    // Graceful shutdown waits for open connections; a client that never
+    // hangs up must not keep the service (and its containers) alive.
+    let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = fired_tx.send(());
+    };
+    let server = Server::builder()
         .add_service(health_service)
         .add_service(reflection.build_v1()?)
         .add_service(reflection_v1alpha)
         .add_service(sandbox)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+    let grace_over = async move {
+        if fired_rx.await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    let result = tokio::select! {
+        result = server => result,
+        () = grace_over => {
+            tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after shutdown began; closing them");
+            Ok(())
+        }
+    };
     reaper.abort();
     registry.close_all().await;
     Ok(result?)

@@ -123,6 +123,8 @@ pub struct SandboxConfig {
     pub max_cap: u64,
     /// The slip guard.
     pub guard: SlipGuard,
+    /// Environment of every container; a session's own env overrides it.
+    pub default_env: BTreeMap<String, String>,
 }
 
 impl SandboxConfig {
@@ -151,6 +153,14 @@ impl SandboxConfig {
             max_cap: 1_000_000,
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
+            default_env: BTreeMap::from([
+                ("HOME".to_string(), "/tmp".to_string()),
+                ("LANG".to_string(), "C.UTF-8".to_string()),
+                // Python caches bytecode keyed on the source's mtime in whole
+                // seconds and its size: an edit in the same second as the
+                // last run, keeping the size, would run stale code.
+                ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+            ]),
         }
     }
 }
@@ -359,7 +369,7 @@ impl Registry {
             image: req.image.unwrap_or_else(|| cfg.default_image.clone()),
             workspace: workspace.host_path().to_path_buf(),
             user: format!("{uid}:{gid}"),
-            env: req.env,
+            env: cfg.default_env.clone().into_iter().chain(req.env).collect(),
             limits,
             tmp_bytes: cfg.tmp_bytes,
             labels: BTreeMap::from([

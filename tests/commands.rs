@@ -463,7 +463,7 @@ async fn closing_a_session_removes_its_container() {
         .into_inner();
     assert!(!s.container_id.is_empty());
     assert!(s.sandbox_status.is_empty(), "{}", s.sandbox_status);
-    assert_eq!(srv.containers(), [s.container_id.clone()]);
+    assert_eq!(srv.containers(), std::slice::from_ref(&s.container_id));
     srv.client
         .clone()
         .close_session(pb::CloseSessionRequest {

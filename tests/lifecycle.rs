@@ -1,0 +1,218 @@
+//! The whole loop as a user meets it: the baseline task over gRPC, the
+//! `sandboxd demo` command, and a service killed with SIGKILL leaving
+//! nothing behind once it is back up.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TestServer, containers_labelled, edit, edit_req, read_req, run};
+use sandboxd::pb::{self, sandbox_client::SandboxClient};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
+
+#[tokio::test]
+async fn baseline_red_read_edit_green() {
+    let srv = TestServer::with_docker().await;
+    let (sid, ws) = srv.session().await;
+    std::fs::create_dir(ws.join("shop")).unwrap();
+    std::fs::write(
+        ws.join("shop/pricing.py"),
+        "def total(prices, discount):\n    \"\"\"Sum of prices minus a percentage discount.\"\"\"\n    subtotal = sum(prices)\n    return subtotal - subtotal * discount\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("shop/__init__.py"), "").unwrap();
+    std::fs::write(
+        ws.join("test_pricing.py"),
+        "import unittest\nfrom shop.pricing import total\n\nclass T(unittest.TestCase):\n    def test_percent(self):\n        self.assertAlmostEqual(total([10, 20], 10), 27.0)\n\nif __name__ == '__main__':\n    unittest.main()\n",
+    )
+    .unwrap();
+    // Run the tests: red.
+    let red = run(&srv.client, &sid, "python3 -m unittest 2>&1", 60_000).await;
+    assert_ne!(red.exit.exit_code, 0, "{}", red.stdout());
+    assert!(red.stdout().contains("FAILED"), "{}", red.stdout());
+    // Read the code.
+    let read = srv
+        .client
+        .clone()
+        .read_file(read_req(&sid, "shop/pricing.py"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(read.content.contains("subtotal * discount"));
+    // Fix it.
+    let mut req = edit_req(
+        &sid,
+        "shop/pricing.py",
+        vec![edit(
+            "subtotal - subtotal * discount",
+            "subtotal - subtotal * discount / 100",
+        )],
+    );
+    req.expected_sha256 = read.sha256;
+    let fixed = srv
+        .client
+        .clone()
+        .edit_file(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(fixed.replacements, 1);
+    // Run the tests again: green.
+    let green = run(&srv.client, &sid, "python3 -m unittest 2>&1", 60_000).await;
+    assert_eq!(green.exit.exit_code, 0, "{}", green.stdout());
+    assert!(green.stdout().contains("OK"), "{}", green.stdout());
+    srv.stop().await;
+}
+
+#[test]
+fn demo_command_shows_red_then_green() {
+    let out = Command::new(BIN).arg("demo").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for card in [
+        "1. RunCommand",
+        "2. ReadFile calc.py",
+        "3. EditFile calc.py",
+        "4. RunCommand",
+    ] {
+        assert!(stdout.contains(card), "missing {card}:\n{stdout}");
+    }
+    assert!(stdout.contains("[exit 1 in"), "{stdout}");
+    assert!(stdout.contains("[exit 0 in"), "{stdout}");
+    assert!(
+        stdout.contains("red (exit 1) -> green (exit 0)"),
+        "{stdout}"
+    );
+}
+
+/// A `sandboxd serve` child process.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Served {
+    async fn start(service: &str, workspaces: &std::path::Path) -> Served {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let child = Command::new(BIN)
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--service-name",
+                service,
+            ])
+            .arg("--workspace-dir")
+            .arg(workspaces)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let addr = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(ch) = tonic::transport::Channel::from_shared(addr.clone())
+                .unwrap()
+                .connect()
+                .await
+            {
+                let mut health = tonic_health::pb::health_client::HealthClient::new(ch);
+                if health
+                    .check(tonic_health::pb::HealthCheckRequest::default())
+                    .await
+                    .is_ok()
+                {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "sandboxd serve did not come up");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Served { child, addr }
+    }
+
+    async fn client(&self) -> common::Client {
+        SandboxClient::connect(self.addr.clone()).await.unwrap()
+    }
+
+    /// SIGTERM, then wait (off the async thread, so client connections of
+    /// this test can still answer the server's goodbye).
+    async fn sigterm_and_wait(mut self) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn sigkilled_service_leaves_nothing_once_restarted() {
+    let service = format!(
+        "sandboxd-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    );
+    let label = format!("sandboxd.service={service}");
+    let workspaces = tempfile::tempdir().unwrap();
+    let mut first = Served::start(&service, workspaces.path()).await;
+    let session = first
+        .client()
+        .await
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!session.container_id.is_empty());
+    assert_eq!(containers_labelled(&label), std::slice::from_ref(&session.container_id));
+    // SIGKILL: no chance to clean up.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    assert_eq!(
+        containers_labelled(&label).len(),
+        1,
+        "the kill left the container behind"
+    );
+    assert!(std::path::Path::new(&session.workspace_path).exists());
+
+    let second = Served::start(&service, workspaces.path()).await;
+    assert!(
+        containers_labelled(&label).is_empty(),
+        "restart did not remove the leaked container"
+    );
+    assert!(
+        !std::path::Path::new(&session.workspace_path).exists(),
+        "stale workspace kept"
+    );
+    // The new instance works, and a clean stop removes its own container.
+    let mut c = second.client().await;
+    let s = c
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(containers_labelled(&label), [s.container_id]);
+    second.sigterm_and_wait().await;
+    assert!(containers_labelled(&label).is_empty());
+}
