@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
-use sandboxd::sandbox::Runtime;
 use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::guard::SlipGuard;
+use sandboxd::sandbox::{Limits, Runtime};
 use sandboxd::session::{Config, Registry, SandboxConfig};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -253,6 +253,27 @@ struct ServeArgs {
     /// Ceiling on a requested output cap.
     #[arg(long, env = "SANDBOXD_MAX_OUTPUT_CAP", default_value_t = 1_000_000)]
     max_output_cap: u64,
+    /// Container memory limit when the session asks for none, in bytes.
+    #[arg(long, env = "SANDBOXD_MEMORY_BYTES", default_value_t = 1 << 30)]
+    memory_bytes: u64,
+    /// Ceiling on a session's memory limit, in bytes.
+    #[arg(long, env = "SANDBOXD_MAX_MEMORY_BYTES", default_value_t = 8 << 30)]
+    max_memory_bytes: u64,
+    /// Container CPU quota when the session asks for none (1e9 = one CPU).
+    #[arg(long, env = "SANDBOXD_NANO_CPUS", default_value_t = 1_000_000_000)]
+    nano_cpus: u64,
+    /// Ceiling on a session's CPU quota.
+    #[arg(long, env = "SANDBOXD_MAX_NANO_CPUS", default_value_t = 2_000_000_000)]
+    max_nano_cpus: u64,
+    /// Container process limit when the session asks for none.
+    #[arg(long, env = "SANDBOXD_PIDS", default_value_t = 256)]
+    pids: u64,
+    /// Ceiling on a session's process limit.
+    #[arg(long, env = "SANDBOXD_MAX_PIDS", default_value_t = 4096)]
+    max_pids: u64,
+    /// Size of each container's /tmp tmpfs, in bytes.
+    #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = 256 << 20)]
+    tmp_bytes: u64,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -313,6 +334,17 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
         sandbox.default_image = image;
     }
     sandbox.runtime = args.container_runtime;
+    sandbox.default_limits = Limits {
+        memory_bytes: args.memory_bytes,
+        nano_cpus: args.nano_cpus,
+        pids: args.pids,
+    };
+    sandbox.max_limits = Limits {
+        memory_bytes: args.max_memory_bytes,
+        nano_cpus: args.max_nano_cpus,
+        pids: args.max_pids,
+    };
+    sandbox.tmp_bytes = args.tmp_bytes;
     sandbox.default_timeout = Duration::from_millis(args.default_timeout_ms);
     sandbox.max_timeout = Duration::from_millis(args.max_timeout_ms);
     sandbox.default_cap = args.default_output_cap;
@@ -696,6 +728,12 @@ fn print_session(s: &pb::Session) {
         }
     );
     println!("ttl       {}s idle", s.ttl_seconds);
+    println!("image     {}", s.image);
+    match (s.container_id.as_str(), s.sandbox_status.as_str()) {
+        (_, status) if !status.is_empty() => println!("sandbox   unavailable: {status}"),
+        ("", _) => println!("container (none yet; starts with the first command)"),
+        (id, _) => println!("container {}", &id[..id.len().min(12)]),
+    }
 }
 
 fn print_read(r: &pb::ReadFileResponse, raw: bool) {

@@ -185,7 +185,10 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
         .unwrap()
         .into_inner();
     assert!(!session.container_id.is_empty());
-    assert_eq!(containers_labelled(&label), std::slice::from_ref(&session.container_id));
+    assert_eq!(
+        containers_labelled(&label),
+        std::slice::from_ref(&session.container_id)
+    );
     // SIGKILL: no chance to clean up.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
