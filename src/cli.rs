@@ -43,7 +43,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a shell command in the session's container, streaming its
     /// output; exits with the command's exit code (124 on timeout).
     Run {
@@ -289,7 +289,7 @@ struct ServeArgs {
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Image(ImageCommand::Build { docker_host }) => build_image(docker_host).await,
         Command::Image(ImageCommand::Name) => {
             println!("{}", sandboxd::sandbox::image::default_image());
