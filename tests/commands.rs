@@ -516,3 +516,27 @@ async fn unreachable_docker_fails_commands_but_not_file_tools() {
     assert_eq!(read.into_inner().content, "still works\n");
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn container_killed_from_outside_is_replaced_on_the_next_command() {
+    let srv = TestServer::with_docker().await;
+    let (sid, ws) = srv.session().await;
+    std::fs::write(ws.join("kept.txt"), "workspace survives\n").unwrap();
+    let before = srv.containers();
+    assert_eq!(before.len(), 1);
+    let killed = std::process::Command::new("docker")
+        .args(["kill", &before[0]])
+        .output()
+        .unwrap();
+    assert!(killed.status.success());
+    let ran = run(&srv.client, &sid, "cat kept.txt", 20_000).await;
+    assert_eq!(ran.stdout(), "workspace survives\n");
+    let after = srv.containers();
+    assert_eq!(
+        after.len(),
+        1,
+        "the dead container is removed, one fresh one runs"
+    );
+    assert_ne!(after, before);
+    srv.stop().await;
+}
