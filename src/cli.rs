@@ -70,6 +70,8 @@ enum Command {
     /// Show the whole loop on a small project: run the tests (red), read the
     /// code, fix it with an edit, run the tests again (green).
     Demo,
+    /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
+    Bench(crate::bench::BenchArgs),
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -296,6 +298,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo => crate::demo::run().await,
+        Command::Bench(args) => crate::bench::run(args).await,
         command => client(&cli.addr, cli.session, command).await,
     };
     match result {
@@ -431,7 +434,9 @@ async fn client(
             .ok_or("no session: pass --session ID or set SANDBOXD_SESSION")
     };
     let outcome = match command {
-        Command::Serve(_) | Command::Image(_) | Command::Demo => unreachable_serve(),
+        Command::Serve(_) | Command::Image(_) | Command::Demo | Command::Bench(_) => {
+            unreachable_serve()
+        }
         Command::Run {
             cwd,
             timeout_ms,

@@ -1,6 +1,7 @@
 //! The `sandboxd` binary: `serve` runs the service; the other verbs are a
 //! small client for people and scripts.
 
+mod bench;
 mod cli;
 mod demo;
 

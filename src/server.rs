@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 
@@ -70,12 +71,21 @@ pub async fn serve(
         shutdown.await;
         let _ = fired_tx.send(());
     };
+    // Small replies must not wait for Nagle's algorithm (a 40 ms stall
+    // against delayed ACKs on every call).
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|c| {
+            if let Err(e) = c.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        })
+    });
     let server = Server::builder()
         .add_service(health_service)
         .add_service(reflection.build_v1()?)
         .add_service(reflection_v1alpha)
         .add_service(sandbox)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+        .serve_with_incoming_shutdown(incoming, shutdown);
     let grace_over = async move {
         if fired_rx.await.is_ok() {
             tokio::time::sleep(SHUTDOWN_GRACE).await;

@@ -78,6 +78,30 @@ impl DockerRuntime {
             .map_err(|e| Error::Connect(e.to_string()))
     }
 
+    /// One plain Engine API exec run to its end (create, start attached,
+    /// drain, inspect): the baseline the benchmark compares against.
+    /// Returns the exit code and the bytes of output drained.
+    pub async fn raw_exec(&self, container: &str, argv: &[&str]) -> Result<(i64, u64), Error> {
+        let spec = ExecSpec {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: Default::default(),
+            cwd: "/".into(),
+            user: String::new(),
+        };
+        let (id, mut output) = self.start_exec(container, &spec).await?;
+        let mut bytes = 0u64;
+        while let Some(chunk) = output.next().await {
+            match chunk? {
+                Output::Stdout(b) | Output::Stderr(b) => bytes += b.len() as u64,
+            }
+        }
+        loop {
+            if let ExecState::Exited(code) = self.exec_state(&id).await? {
+                return Ok((code.unwrap_or(-1), bytes));
+            }
+        }
+    }
+
     /// Builds the default image from its recipe unless it already exists.
     pub async fn build_default_image(&self) -> Result<bool, Error> {
         let docker = self.client().await?;
@@ -281,7 +305,7 @@ impl Runtime for DockerRuntime {
             cmd: Some(spec.argv.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(spec.cwd.clone()),
-            user: Some(spec.user.clone()),
+            user: (!spec.user.is_empty()).then(|| spec.user.clone()),
             ..Default::default()
         };
         let exec = docker
