@@ -72,6 +72,9 @@ enum Command {
     Demo,
     /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
     Bench(crate::bench::BenchArgs),
+    /// The in-container supervisor (started by the service, not by people).
+    #[command(hide = true)]
+    Supervise,
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -276,6 +279,11 @@ struct ServeArgs {
     /// Size of each container's /tmp tmpfs, in bytes.
     #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = 256 << 20)]
     tmp_bytes: u64,
+    /// How commands run: `supervisor` (one long-lived supervisor per
+    /// container, this binary mounted read-only; falls back to `exec` when
+    /// it cannot start) or `exec` (one Docker exec per command).
+    #[arg(long, env = "SANDBOXD_EXEC_MODE", default_value = "supervisor", value_parser = ["supervisor", "exec"])]
+    exec_mode: String,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -299,6 +307,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Demo => crate::demo::run().await,
         Command::Bench(args) => crate::bench::run(args).await,
+        Command::Supervise => sandboxd::sandbox::supervise::supervise()
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
         command => client(&cli.addr, cli.session, command).await,
     };
     match result {
@@ -348,6 +360,9 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
         pids: args.max_pids,
     };
     sandbox.tmp_bytes = args.tmp_bytes;
+    if args.exec_mode == "supervisor" {
+        sandbox.supervisor = Some(std::env::current_exe()?);
+    }
     sandbox.default_timeout = Duration::from_millis(args.default_timeout_ms);
     sandbox.max_timeout = Duration::from_millis(args.max_timeout_ms);
     sandbox.default_cap = args.default_output_cap;
@@ -434,9 +449,11 @@ async fn client(
             .ok_or("no session: pass --session ID or set SANDBOXD_SESSION")
     };
     let outcome = match command {
-        Command::Serve(_) | Command::Image(_) | Command::Demo | Command::Bench(_) => {
-            unreachable_serve()
-        }
+        Command::Serve(_)
+        | Command::Image(_)
+        | Command::Demo
+        | Command::Bench(_)
+        | Command::Supervise => unreachable_serve(),
         Command::Run {
             cwd,
             timeout_ms,

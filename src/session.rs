@@ -125,6 +125,9 @@ pub struct SandboxConfig {
     pub guard: SlipGuard,
     /// Environment of every container; a session's own env overrides it.
     pub default_env: BTreeMap<String, String>,
+    /// Host path of the static sandboxd binary mounted as the in-container
+    /// supervisor; `None` runs each command as its own Docker exec.
+    pub supervisor: Option<PathBuf>,
 }
 
 impl SandboxConfig {
@@ -153,6 +156,7 @@ impl SandboxConfig {
             max_cap: 1_000_000,
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
+            supervisor: None,
             default_env: BTreeMap::from([
                 ("HOME".to_string(), "/tmp".to_string()),
                 ("LANG".to_string(), "C.UTF-8".to_string()),
@@ -378,6 +382,7 @@ impl Registry {
                 (labels::SERVICE.to_string(), cfg.service.clone()),
             ]),
             runtime: cfg.runtime.clone(),
+            supervisor: cfg.supervisor.clone(),
         };
         let now = SystemTime::now();
         let session = Arc::new(Session {

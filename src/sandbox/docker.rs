@@ -18,7 +18,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::image;
-use super::{ContainerSpec, Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
+use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
 /// Seconds a Docker API request may take to answer (streams are not limited).
 const REQUEST_TIMEOUT_SECS: u64 = 120;
@@ -160,6 +160,61 @@ impl DockerRuntime {
     }
 }
 
+impl DockerRuntime {
+    /// Creates and starts an attached exec; stdin is attached only if asked
+    /// (otherwise the process reads /dev/null).
+    async fn exec(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+        stdin: bool,
+    ) -> Result<(String, OutputStream, InputSink), Error> {
+        let docker = self.client().await?;
+        let options = CreateExecOptions {
+            attach_stdin: Some(stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            cmd: Some(spec.argv.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: Some(spec.cwd.clone()),
+            user: (!spec.user.is_empty()).then(|| spec.user.clone()),
+            ..Default::default()
+        };
+        let exec = docker
+            .create_exec(container, options)
+            .await
+            .map_err(|e| classify(Error::StartExec, e))?;
+        let started = docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| classify(Error::StartExec, e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(Error::StartExec("the exec started detached".into()));
+        };
+        let stream = output.filter_map(|item| async move {
+            match item {
+                Ok(bollard::container::LogOutput::StdOut { message }) => {
+                    Some(Ok(Output::Stdout(message)))
+                }
+                Ok(bollard::container::LogOutput::StdErr { message }) => {
+                    Some(Ok(Output::Stderr(message)))
+                }
+                Ok(_) => None,
+                Err(e) => Some(Err(classify(Error::StartExec, e))),
+            }
+        });
+        Ok((exec.id, Box::pin(stream), input))
+    }
+}
+
 fn build_error(why: String) -> Error {
     Error::BuildImage {
         image: image::default_image(),
@@ -219,8 +274,16 @@ impl Runtime for DockerRuntime {
     async fn start_container(&self, spec: &ContainerSpec) -> Result<String, Error> {
         let docker = self.client().await?;
         let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
+        let mut binds = vec![format!("{}:/workspace:rw", spec.workspace.display())];
+        if let Some(binary) = &spec.supervisor {
+            binds.push(format!(
+                "{}:{}:ro",
+                binary.display(),
+                super::supervisor::MOUNT_PATH
+            ));
+        }
         let host_config = HostConfig {
-            binds: Some(vec![format!("{}:/workspace:rw", spec.workspace.display())]),
+            binds: Some(binds),
             network_mode: Some("none".into()),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
@@ -296,49 +359,16 @@ impl Runtime for DockerRuntime {
         container: &str,
         spec: &ExecSpec,
     ) -> Result<(String, OutputStream), Error> {
-        let docker = self.client().await?;
-        let options = CreateExecOptions {
-            attach_stdin: Some(false),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            cmd: Some(spec.argv.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            working_dir: Some(spec.cwd.clone()),
-            user: (!spec.user.is_empty()).then(|| spec.user.clone()),
-            ..Default::default()
-        };
-        let exec = docker
-            .create_exec(container, options)
-            .await
-            .map_err(|e| classify(Error::StartExec, e))?;
-        let started = docker
-            .start_exec(
-                &exec.id,
-                Some(StartExecOptions {
-                    detach: false,
-                    tty: false,
-                    output_capacity: Some(64 * 1024),
-                }),
-            )
-            .await
-            .map_err(|e| classify(Error::StartExec, e))?;
-        let StartExecResults::Attached { output, .. } = started else {
-            return Err(Error::StartExec("the exec started detached".into()));
-        };
-        let stream = output.filter_map(|item| async move {
-            match item {
-                Ok(bollard::container::LogOutput::StdOut { message }) => {
-                    Some(Ok(Output::Stdout(message)))
-                }
-                Ok(bollard::container::LogOutput::StdErr { message }) => {
-                    Some(Ok(Output::Stderr(message)))
-                }
-                Ok(_) => None,
-                Err(e) => Some(Err(classify(Error::StartExec, e))),
-            }
-        });
-        Ok((exec.id, Box::pin(stream)))
+        let (id, output, _) = self.exec(container, spec, false).await?;
+        Ok((id, output))
+    }
+
+    async fn start_exec_with_stdin(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<(String, OutputStream, InputSink), Error> {
+        self.exec(container, spec, true).await
     }
 
     async fn exec_state(&self, exec: &str) -> Result<ExecState, Error> {

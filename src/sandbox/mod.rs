@@ -8,9 +8,12 @@
 
 pub mod capture;
 pub mod docker;
+pub mod frames;
 pub mod guard;
 pub mod image;
 pub mod run;
+pub mod supervise;
+pub mod supervisor;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -77,6 +80,9 @@ pub enum Output {
 /// Output of an exec, ending when every writer has closed its end.
 pub type OutputStream = Pin<Box<dyn Stream<Item = Result<Output, Error>> + Send>>;
 
+/// The stdin of an exec.
+pub type InputSink = Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
 /// State of an exec's main process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecState {
@@ -116,6 +122,9 @@ pub struct ContainerSpec {
     pub labels: BTreeMap<String, String>,
     /// Container runtime (e.g. "runsc"); `None` for the engine default.
     pub runtime: Option<String>,
+    /// Host path of a static sandboxd binary, mounted read-only as the
+    /// in-container supervisor; `None` runs every command as its own exec.
+    pub supervisor: Option<PathBuf>,
 }
 
 /// One process to run in a container.
@@ -148,6 +157,12 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
         container: &str,
         spec: &ExecSpec,
     ) -> Result<(String, OutputStream), Error>;
+    /// Like `start_exec`, with the exec's stdin attached.
+    async fn start_exec_with_stdin(
+        &self,
+        container: &str,
+        spec: &ExecSpec,
+    ) -> Result<(String, OutputStream, InputSink), Error>;
     /// Whether an exec's main process still runs.
     async fn exec_state(&self, exec: &str) -> Result<ExecState, Error>;
     /// Removes every container carrying `label=value` whose `keep_label` is
@@ -179,6 +194,35 @@ pub struct Sandbox {
     runtime: Arc<dyn Runtime>,
     spec: ContainerSpec,
     container: tokio::sync::Mutex<Option<String>>,
+    /// The supervisor link and the container it runs in.
+    link: tokio::sync::Mutex<Option<(String, Arc<supervisor::Link>)>>,
+}
+
+/// A started command, by either path.
+#[derive(Debug)]
+pub enum Started {
+    /// Through the container's supervisor.
+    Supervised(supervisor::Supervised),
+    /// As its own Docker exec (the fallback path).
+    Exec(run::Running),
+}
+
+impl Started {
+    /// The container the command runs in.
+    pub fn container(&self) -> &str {
+        match self {
+            Started::Supervised(s) => &s.container,
+            Started::Exec(r) => r.container(),
+        }
+    }
+
+    /// Drives the command to its end (see the two paths' `drive`).
+    pub async fn drive(self, events: tokio::sync::mpsc::Sender<Event>) -> ExitReport {
+        match self {
+            Started::Supervised(s) => s.drive(events).await,
+            Started::Exec(r) => r.drive(events).await,
+        }
+    }
 }
 
 impl Sandbox {
@@ -188,6 +232,7 @@ impl Sandbox {
             runtime,
             spec,
             container: tokio::sync::Mutex::new(None),
+            link: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -237,10 +282,19 @@ impl Sandbox {
     }
 
     /// Starts one command in the container (starting the container first
-    /// if there is none). Drive the result with [`run::Running::drive`],
-    /// then call [`Sandbox::finished`].
-    pub async fn start(&self, spec: CommandSpec) -> Result<run::Running, Error> {
+    /// if there is none): through the supervisor when one is configured and
+    /// answers, else as its own exec. Drive the result with
+    /// [`Started::drive`], then call [`Sandbox::finished`].
+    pub async fn start(&self, spec: CommandSpec) -> Result<Started, Error> {
         let container = self.ensure().await?;
+        if self.spec.supervisor.is_some() {
+            match self.supervised(&container, &spec).await {
+                Ok(started) => return Ok(started),
+                Err(e) => {
+                    tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
+                }
+            }
+        }
         match run::start(
             Arc::clone(&self.runtime),
             &container,
@@ -249,17 +303,52 @@ impl Sandbox {
         )
         .await
         {
-            Ok(running) => Ok(running),
+            Ok(running) => Ok(Started::Exec(running)),
             // The container may have died under us (killed from outside):
             // start a fresh one once and retry.
             Err(e) if !matches!(e, Error::Connect(_)) => {
                 tracing::warn!(container = %container, error = %e, "exec failed; replacing the container");
                 self.discard(&container).await;
                 let container = self.ensure().await?;
-                run::start(Arc::clone(&self.runtime), &container, &self.spec.user, spec).await
+                if self.spec.supervisor.is_some()
+                    && let Ok(started) = self.supervised(&container, &spec).await
+                {
+                    return Ok(started);
+                }
+                run::start(Arc::clone(&self.runtime), &container, &self.spec.user, spec)
+                    .await
+                    .map(Started::Exec)
             }
             Err(e) => Err(e),
         }
+    }
+
+    async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Started, Error> {
+        let link = {
+            let mut slot = self.link.lock().await;
+            match slot.as_ref() {
+                Some((c, link)) if c == container && link.is_alive() => Arc::clone(link),
+                _ => {
+                    let link = Arc::new(
+                        supervisor::Link::start(self.runtime.as_ref(), container, &self.spec.user)
+                            .await?,
+                    );
+                    *slot = Some((container.to_string(), Arc::clone(&link)));
+                    link
+                }
+            }
+        };
+        let started = std::time::Instant::now();
+        let (id, frames) = link.spawn(spec).await?;
+        Ok(Started::Supervised(supervisor::Supervised {
+            rt: Arc::clone(&self.runtime),
+            link,
+            container: container.to_string(),
+            id,
+            frames,
+            spec: spec.clone(),
+            started,
+        }))
     }
 
     /// Bookkeeping after a command ended: a container killed as the hard

@@ -161,11 +161,12 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded<'_>, EditError> {
 
 /// Classifies the line breaks of `text`.
 pub fn line_endings(text: &str) -> LineEndings {
-    let lf = text.bytes().filter(|&b| b == b'\n').count();
-    if lf == 0 {
-        return LineEndings::Lf;
+    let bytes = text.as_bytes();
+    let (mut lf, mut crlf) = (0usize, 0usize);
+    for i in memchr::memchr_iter(b'\n', bytes) {
+        lf += 1;
+        crlf += usize::from(i > 0 && bytes[i - 1] == b'\r');
     }
-    let crlf = text.matches("\r\n").count();
     match crlf {
         0 => LineEndings::Lf,
         n if n == lf => LineEndings::Crlf,
@@ -175,7 +176,7 @@ pub fn line_endings(text: &str) -> LineEndings {
 
 /// Number of lines: a final line without a newline counts, an empty file has 0.
 pub fn count_lines(text: &str) -> usize {
-    let newlines = text.bytes().filter(|&b| b == b'\n').count();
+    let newlines = memchr::memchr_iter(b'\n', text.as_bytes()).count();
     if text.is_empty() || text.ends_with('\n') {
         newlines
     } else {
@@ -301,8 +302,20 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
     out.push_str(&text[cursor..]);
 
     let first_changed_line = line_numbers(text, [sites[0].start])[0];
-    let line_delta = count_lines(&out) as i64 - count_lines(text) as i64;
-    let (diff, diff_truncated) = unified_diff(text, &out, label);
+    // Lines after minus lines before, from the sites alone: newlines added
+    // or removed, plus a change in whether the file ends mid-line.
+    let newline_delta: i64 = sites
+        .iter()
+        .map(|s| {
+            let new = &normalised[s.edit].1;
+            memchr::memchr_iter(b'\n', new.as_bytes()).count() as i64
+                - memchr::memchr_iter(b'\n', &text.as_bytes()[s.start..s.end]).count() as i64
+        })
+        .sum();
+    let open_end = |t: &str| i64::from(!t.is_empty() && !t.ends_with('\n'));
+    let line_delta = newline_delta + open_end(&out) - open_end(text);
+    let last_end = sites.iter().map(|s| s.end).max().unwrap_or(0);
+    let (diff, diff_truncated) = unified_diff(text, &out, sites[0].start, last_end, label);
 
     let mut bytes = Vec::with_capacity(out.len() + out.len() / 32 + 3);
     if decoded.bom {
@@ -353,26 +366,92 @@ fn line_numbers(text: &str, offsets: impl IntoIterator<Item = usize>) -> Vec<usi
         .collect()
 }
 
-/// Unified diff with 3 lines of context, cut at a line boundary past [`DIFF_CAP`].
-fn unified_diff(old: &str, new: &str, label: &str) -> (String, bool) {
+/// Lines of context around each change in the diff.
+const CONTEXT: usize = 3;
+
+/// Unified diff of `old` -> `new` with 3 lines of context, cut at a line
+/// boundary past [`DIFF_CAP`]. Everything before `first` (the first changed
+/// byte) and after `last_end` (the end of the last replaced text in `old`) is
+/// identical in both, so only the window of lines around the changes is
+/// diffed: the cost follows the size of the change, not of the file.
+fn unified_diff(
+    old: &str,
+    new: &str,
+    first: usize,
+    last_end: usize,
+    label: &str,
+) -> (String, bool) {
+    use std::fmt::Write as _;
+    let (ob, nb) = (old.as_bytes(), new.as_bytes());
+    // Window start: CONTEXT + 1 lines above the first change.
+    let mut start = memchr::memrchr(b'\n', &ob[..first]).map_or(0, |i| i + 1);
+    for _ in 0..=CONTEXT {
+        if start == 0 {
+            break;
+        }
+        start = memchr::memrchr(b'\n', &ob[..start - 1]).map_or(0, |i| i + 1);
+    }
+    // Window end: CONTEXT + 1 lines below the last change.
+    let mut end = last_end;
+    for _ in 0..=CONTEXT + 1 {
+        if end >= ob.len() {
+            break;
+        }
+        end = memchr::memchr(b'\n', &ob[end..]).map_or(ob.len(), |i| end + i + 1);
+    }
+    let new_end = (end + nb.len()).saturating_sub(ob.len()).max(start);
+    let offset = memchr::memchr_iter(b'\n', &ob[..start]).count();
+
     let diff = TextDiff::configure()
         .timeout(Duration::from_millis(500))
-        .diff_lines(old, new);
-    let mut text = diff
-        .unified_diff()
-        .context_radius(3)
-        .header(&format!("a/{label}"), &format!("b/{label}"))
-        .to_string();
-    if text.len() <= DIFF_CAP {
-        return (text, false);
+        .diff_lines(&old[start..end], &new[start..new_end]);
+    let mut text = String::new();
+    let range = |r: std::ops::Range<usize>| {
+        let begin = r.start + offset + 1;
+        match r.len() {
+            0 => format!("{},0", begin - 1),
+            1 => begin.to_string(),
+            n => format!("{begin},{n}"),
+        }
+    };
+    let mut truncated = false;
+    for hunk in diff.unified_diff().context_radius(CONTEXT).iter_hunks() {
+        if text.is_empty() {
+            let _ = writeln!(text, "--- a/{label}\n+++ b/{label}");
+        }
+        let ops = hunk.ops();
+        let (Some(first_op), Some(last_op)) = (ops.first(), ops.last()) else {
+            continue;
+        };
+        let old_r = first_op.old_range().start..last_op.old_range().end;
+        let new_r = first_op.new_range().start..last_op.new_range().end;
+        let _ = writeln!(text, "@@ -{} +{} @@", range(old_r), range(new_r));
+        for change in hunk.iter_changes() {
+            let sign = match change.tag() {
+                similar::ChangeTag::Equal => ' ',
+                similar::ChangeTag::Delete => '-',
+                similar::ChangeTag::Insert => '+',
+            };
+            text.push(sign);
+            text.push_str(change.value());
+            if change.missing_newline() {
+                text.push_str("\n\\ No newline at end of file\n");
+            }
+        }
+        if text.len() > DIFF_CAP {
+            truncated = true;
+            break;
+        }
     }
-    let mut cut = DIFF_CAP;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
+    if truncated {
+        let mut cut = DIFF_CAP;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let cut = text[..cut].rfind('\n').map_or(0, |i| i + 1);
+        text.truncate(cut);
     }
-    let cut = text[..cut].rfind('\n').map_or(0, |i| i + 1);
-    text.truncate(cut);
-    (text, true)
+    (text, truncated)
 }
 
 #[cfg(test)]
@@ -595,6 +674,64 @@ mod tests {
             .count()
     }
 
+    /// Applies a unified diff (as produced here) to `old`.
+    fn patch(old: &str, diff: &str) -> String {
+        let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
+        let mut out = String::new();
+        let mut next = 0; // index of the next old line not yet copied
+        let mut lines = diff.lines().skip(2).peekable();
+        while let Some(header) = lines.next() {
+            let minus = header
+                .trim_start_matches("@@ -")
+                .split([',', ' '])
+                .next()
+                .unwrap();
+            let start: usize = minus.parse().unwrap();
+            let len_is_zero = header.split(' ').nth(1).unwrap().ends_with(",0");
+            let begin = if len_is_zero { start } else { start - 1 };
+            for l in &old_lines[next..begin] {
+                out.push_str(l);
+            }
+            next = begin;
+            while let Some(l) = lines.next_if(|l| !l.starts_with("@@")) {
+                let no_newline = lines.next_if(|n| n.starts_with("\\ No newline")).is_some();
+                let body = if no_newline {
+                    l[1..].to_string()
+                } else {
+                    format!("{}\n", &l[1..])
+                };
+                match &l[..1] {
+                    " " => {
+                        out.push_str(&body);
+                        next += 1;
+                    }
+                    "-" => next += 1,
+                    "+" => out.push_str(&body),
+                    other => panic!("bad diff line {other:?}"),
+                }
+            }
+        }
+        for l in &old_lines[next..] {
+            out.push_str(l);
+        }
+        out
+    }
+
+    #[test]
+    fn diff_line_numbers_are_those_of_the_whole_file() {
+        let text: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+        let out = apply_str(&text, &[edit("line 50\n", "line fifty\n")]).unwrap();
+        assert!(
+            out.diff.contains("@@ -47,7 +47,7 @@\n line 47\n"),
+            "{}",
+            out.diff
+        );
+        assert_eq!(
+            patch(&text, &out.diff),
+            String::from_utf8(out.bytes).unwrap()
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -613,6 +750,7 @@ mod tests {
             match apply(text.as_bytes(), std::slice::from_ref(&spec), "f") {
                 Ok(out) => {
                     let expected = text.replace(&old, &new);
+                    prop_assert_eq!(out.line_delta, count_lines(&expected) as i64 - count_lines(&text) as i64);
                     prop_assert_eq!(out.bytes, expected.into_bytes());
                     if replace_all {
                         prop_assert_eq!(out.replacements, text.matches(&old).count());
@@ -669,6 +807,26 @@ mod tests {
                 Err(EditError::NoChange { .. }) => prop_assert!(false, "X/Y never equal old"),
                 Err(e) => prop_assert!(false, "unexpected refusal {e:?}"),
             }
+        }
+
+        /// The windowed diff is a correct unified diff of the whole files:
+        /// applied to the old text it gives the new text.
+        #[test]
+        fn windowed_diff_applies_to_the_whole_file(
+            lines in proptest::collection::vec("[abc]{0,3}", 0..40),
+            at in 0usize..40,
+            new in "[xyz\n]{0,6}",
+            trailing_newline in any::<bool>(),
+        ) {
+            let mut text = lines.join("\n");
+            if trailing_newline && !text.is_empty() {
+                text.push('\n');
+            }
+            let marker_at = text.char_indices().map(|(i, _)| i).nth(at % (text.len() + 1)).unwrap_or(text.len());
+            text.insert_str(marker_at, "MARK");
+            let out = apply(text.as_bytes(), &[EditSpec { old: "MARK".into(), new: new.clone(), replace_all: false }], "f").unwrap();
+            let new_text = String::from_utf8(out.bytes).unwrap();
+            prop_assert_eq!(patch(&text, &out.diff), new_text);
         }
 
         /// CRLF files round-trip: editing with LF strings writes CRLF only.

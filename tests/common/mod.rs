@@ -30,6 +30,15 @@ pub struct TestServer {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// How commands reach the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Through the in-container supervisor (the default).
+    Supervisor,
+    /// One Docker exec per command (the fallback).
+    Exec,
+}
+
 /// A Docker host where no daemon listens: file-tool tests run without
 /// containers (and show that file tools work when the engine is down).
 pub const NO_DOCKER: &str = "unix:///nonexistent/sandboxd-test-docker.sock";
@@ -44,12 +53,17 @@ impl TestServer {
         Self::build(Arc::new(DockerRuntime::new(Some(NO_DOCKER.into()))), tweak).await
     }
 
-    /// A server over the real Docker daemon (with the default image built).
+    /// A server over the real Docker daemon (with the default image built),
+    /// running commands through the in-container supervisor.
     pub async fn with_docker() -> TestServer {
-        Self::with_docker_and(|_| {}).await
+        Self::with_docker_mode_and(Mode::Supervisor, |_| {}).await
     }
 
-    pub async fn with_docker_and(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    pub async fn with_docker_mode(mode: Mode) -> TestServer {
+        Self::with_docker_mode_and(mode, |_| {}).await
+    }
+
+    pub async fn with_docker_mode_and(mode: Mode, tweak: impl FnOnce(&mut Config)) -> TestServer {
         let docker = Arc::new(DockerRuntime::new(None));
         if let Err(e) = docker.ping().await {
             panic!("these tests need a running Docker daemon (docker info must answer): {e}");
@@ -58,7 +72,14 @@ impl TestServer {
             .build_default_image()
             .await
             .unwrap_or_else(|e| panic!("cannot build the default sandbox image: {e}"));
-        Self::build(docker, tweak).await
+        Self::build(docker, |config| {
+            config.sandbox.supervisor = match mode {
+                Mode::Supervisor => Some(env!("CARGO_BIN_EXE_sandboxd").into()),
+                Mode::Exec => None,
+            };
+            tweak(config)
+        })
+        .await
     }
 
     async fn build(runtime: Arc<dyn Runtime>, tweak: impl FnOnce(&mut Config)) -> TestServer {

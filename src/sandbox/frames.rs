@@ -1,0 +1,244 @@
+//! The private protocol between the service and the in-container
+//! supervisor: length-delimited protobuf frames (prost) over the
+//! supervisor's stdin (requests) and stdout (events). Both ends are this
+//! binary, so the messages live here rather than in the public contract.
+
+use bytes::{Buf, BytesMut};
+use prost::Message;
+
+/// A request to the supervisor.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Request {
+    /// The request.
+    #[prost(oneof = "request::Kind", tags = "1, 2")]
+    pub kind: Option<request::Kind>,
+}
+
+/// Request kinds.
+pub mod request {
+    /// What the service asks.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        /// Start a command.
+        #[prost(message, tag = "1")]
+        Spawn(super::Spawn),
+        /// Stop a command (the client went away): run the ladder.
+        #[prost(uint64, tag = "2")]
+        Cancel(u64),
+    }
+}
+
+/// Start a command.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Spawn {
+    /// Chosen by the service, unique per supervisor.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Run with /bin/sh -c.
+    #[prost(string, tag = "2")]
+    pub command: String,
+    /// Absolute working directory.
+    #[prost(string, tag = "3")]
+    pub cwd: String,
+    /// Extra environment, `KEY=VALUE`.
+    #[prost(string, repeated, tag = "4")]
+    pub env: Vec<String>,
+    /// Wall-clock limit.
+    #[prost(uint64, tag = "5")]
+    pub timeout_ms: u64,
+    /// Characters kept of stdout.
+    #[prost(uint64, tag = "6")]
+    pub stdout_cap: u64,
+    /// Characters kept of stderr.
+    #[prost(uint64, tag = "7")]
+    pub stderr_cap: u64,
+}
+
+/// An event from the supervisor.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Event {
+    /// The command it is about (0 for `Ready`).
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The event.
+    #[prost(oneof = "event::Kind", tags = "2, 3, 4, 5, 6")]
+    pub kind: Option<event::Kind>,
+}
+
+/// Event kinds.
+pub mod event {
+    /// What happened.
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    pub enum Kind {
+        /// The supervisor is up and reading requests.
+        #[prost(bool, tag = "2")]
+        Ready(bool),
+        /// The command runs with this pid (its process group).
+        #[prost(uint32, tag = "3")]
+        Started(u32),
+        /// Live stdout text, within the cap.
+        #[prost(string, tag = "4")]
+        Stdout(String),
+        /// Live stderr text, within the cap.
+        #[prost(string, tag = "5")]
+        Stderr(String),
+        /// The end.
+        #[prost(message, tag = "6")]
+        Exit(super::Exit),
+    }
+}
+
+/// How a command ended.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Exit {
+    /// Exit code, 128+n for signal n, -1 unknown.
+    #[prost(int64, tag = "1")]
+    pub exit_code: i64,
+    /// The timeout fired.
+    #[prost(bool, tag = "2")]
+    pub timed_out: bool,
+    /// 0 none, 1 group TERM, 2 group KILL, 3 the group survived KILL: the
+    /// service must kill the container.
+    #[prost(uint32, tag = "3")]
+    pub rung: u32,
+    /// Kept stdout.
+    #[prost(message, optional, tag = "4")]
+    pub stdout: Option<Stream>,
+    /// Kept stderr.
+    #[prost(message, optional, tag = "5")]
+    pub stderr: Option<Stream>,
+    /// The command could not be started; why.
+    #[prost(string, tag = "6")]
+    pub spawn_error: String,
+}
+
+/// The kept part of one stream (see `capture::Captured`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Stream {
+    /// Head.
+    #[prost(string, tag = "1")]
+    pub text: String,
+    /// Tail, when truncated.
+    #[prost(string, tag = "2")]
+    pub tail: String,
+    /// Bytes in all.
+    #[prost(uint64, tag = "3")]
+    pub total_bytes: u64,
+    /// Cut at the cap.
+    #[prost(bool, tag = "4")]
+    pub truncated: bool,
+    /// Bytes dropped between head and tail.
+    #[prost(uint64, tag = "5")]
+    pub omitted_bytes: u64,
+}
+
+impl From<super::Captured> for Stream {
+    fn from(c: super::Captured) -> Self {
+        Stream {
+            text: c.text,
+            tail: c.tail,
+            total_bytes: c.total_bytes,
+            truncated: c.truncated,
+            omitted_bytes: c.omitted_bytes,
+        }
+    }
+}
+
+impl From<Stream> for super::Captured {
+    fn from(s: Stream) -> Self {
+        super::Captured {
+            text: s.text,
+            tail: s.tail,
+            total_bytes: s.total_bytes,
+            truncated: s.truncated,
+            omitted_bytes: s.omitted_bytes,
+        }
+    }
+}
+
+/// Largest frame accepted; real frames are a few KiB (output is capped).
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// Encodes one frame.
+pub fn encode(msg: &impl Message) -> Vec<u8> {
+    msg.encode_length_delimited_to_vec()
+}
+
+/// A stream that does not carry valid frames.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// A frame announced more than [`MAX_FRAME`] bytes.
+    #[error("frame of {0} bytes is over the limit")]
+    TooLarge(usize),
+    /// A frame did not decode.
+    #[error("bad frame: {0}")]
+    Decode(#[from] prost::DecodeError),
+}
+
+/// Reassembles frames from a byte stream that may split them anywhere.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: BytesMut,
+}
+
+impl Decoder {
+    /// Adds bytes read from the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame, if one is buffered.
+    pub fn next_frame<M: Message + Default>(&mut self) -> Result<Option<M>, FrameError> {
+        let mut peek = &self.buf[..];
+        let len = match prost::decode_length_delimiter(&mut peek) {
+            Ok(len) => len,
+            // Not enough bytes for the length yet.
+            Err(_) if self.buf.len() < 10 => return Ok(None),
+            Err(e) => return Err(FrameError::Decode(e)),
+        };
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge(len));
+        }
+        let header = self.buf.len() - peek.len();
+        if peek.len() < len {
+            return Ok(None);
+        }
+        let msg = M::decode(&peek[..len])?;
+        self.buf.advance(header + len);
+        Ok(Some(msg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_survive_any_split() {
+        let frames = [
+            Event {
+                id: 1,
+                kind: Some(event::Kind::Stdout("hello é".into())),
+            },
+            Event {
+                id: 2,
+                kind: Some(event::Kind::Exit(Exit {
+                    exit_code: 3,
+                    ..Default::default()
+                })),
+            },
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(encode).collect();
+        for chunk in 1..bytes.len() {
+            let mut d = Decoder::default();
+            let mut got = Vec::new();
+            for piece in bytes.chunks(chunk) {
+                d.push(piece);
+                while let Some(ev) = d.next_frame::<Event>().unwrap() {
+                    got.push(ev);
+                }
+            }
+            assert_eq!(got, frames);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The in-container supervisor (`sandboxd supervise`): started once per
+//! container as one long-lived exec, it reads [`frames::Request`]s on stdin
+//! and writes [`frames::Event`]s on stdout. It spawns each command itself in
+//! its own process group, caps output at the source (only the kept text
+//! crosses to the service, however much is written), enforces the timeout,
+//! and runs the TERM / KILL ladder on the group directly. Only a group that
+//! survives SIGKILL is handed back to the service for the hard stop.
+//!
+//! This is the same static binary as the service, mounted read-only, so it
+//! needs nothing from the image but `/bin/sh` for the commands themselves.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::capture::Capture;
+use super::frames::{self, Decoder, event, request};
+use super::run::TERM_GRACE;
+
+/// Wait after SIGKILL before asking the service for the hard stop.
+const KILL_GRACE: Duration = Duration::from_secs(1);
+/// Output still read after the command's own process exited.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+
+/// Runs the supervisor until stdin closes (the service went away), then
+/// stops every command still running.
+pub async fn supervise() -> std::io::Result<()> {
+    let (tx, mut rx) = mpsc::channel::<frames::Event>(256);
+    let writer = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(ev) = rx.recv().await {
+            let mut bytes = frames::encode(&ev);
+            // Batch whatever else is ready into one write.
+            while let Ok(more) = rx.try_recv() {
+                bytes.extend(frames::encode(&more));
+            }
+            if out.write_all(&bytes).await.is_err() || out.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let _ = tx
+        .send(frames::Event {
+            id: 0,
+            kind: Some(event::Kind::Ready(true)),
+        })
+        .await;
+
+    let mut cancels: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+    let mut stdin = tokio::io::stdin();
+    let mut decoder = Decoder::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stdin.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        decoder.push(&buf[..n]);
+        while let Some(req) = decoder
+            .next_frame::<frames::Request>()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?
+        {
+            cancels.retain(|_, c| !c.is_closed());
+            match req.kind {
+                Some(request::Kind::Spawn(spawn)) => {
+                    let (cancel_tx, cancel_rx) = oneshot::channel();
+                    cancels.insert(spawn.id, cancel_tx);
+                    tokio::spawn(run_one(spawn, tx.clone(), cancel_rx));
+                }
+                Some(request::Kind::Cancel(id)) => {
+                    if let Some(c) = cancels.remove(&id) {
+                        let _ = c.send(());
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+    // The service is gone: nobody will read results, stop everything.
+    for (_, c) in cancels.drain() {
+        let _ = c.send(());
+    }
+    drop(tx);
+    let _ = tokio::time::timeout(TERM_GRACE + KILL_GRACE + Duration::from_secs(1), writer).await;
+    Ok(())
+}
+
+async fn run_one(
+    spawn: frames::Spawn,
+    tx: mpsc::Sender<frames::Event>,
+    mut cancel: oneshot::Receiver<()>,
+) {
+    let id = spawn.id;
+    let send = |kind| {
+        let tx = tx.clone();
+        async move {
+            tx.send(frames::Event {
+                id,
+                kind: Some(kind),
+            })
+            .await
+            .is_ok()
+        }
+    };
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(&spawn.command)
+        .current_dir(&spawn.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for kv in &spawn.env {
+        if let Some((k, v)) = kv.split_once('=') {
+            cmd.env(k, v);
+        }
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let exit = frames::Exit {
+                exit_code: 127,
+                spawn_error: format!("cannot start /bin/sh in {}: {e}", spawn.cwd),
+                ..Default::default()
+            };
+            send(event::Kind::Exit(exit)).await;
+            return;
+        }
+    };
+    let pgid = child.id().unwrap_or(0);
+    send(event::Kind::Started(pgid)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(spawn.timeout_ms);
+    let mut out = child.stdout.take().map(Reader::new);
+    let mut err = child.stderr.take().map(Reader::new);
+    let mut stdout = Capture::new(spawn.stdout_cap as usize);
+    let mut stderr = Capture::new(spawn.stderr_cap as usize);
+
+    let mut status = None;
+    let mut drain_until = None;
+    let far = deadline + Duration::from_secs(86400);
+    let mut timed_out = false;
+    let mut stop = false;
+    // Phase 1: until the command ends, times out or is cancelled.
+    while out.is_some() || err.is_some() || status.is_none() {
+        tokio::select! {
+            chunk = read_some(&mut out) => match chunk {
+                Some(bytes) => if let Some(text) = stdout.push(&bytes) { send(event::Kind::Stdout(text)).await; },
+                None => out = None,
+            },
+            chunk = read_some(&mut err) => match chunk {
+                Some(bytes) => if let Some(text) = stderr.push(&bytes) { send(event::Kind::Stderr(text)).await; },
+                None => err = None,
+            },
+            st = child.wait(), if status.is_none() => {
+                status = st.ok();
+                // A background child may hold the pipes: read what is in
+                // flight, then let go.
+                drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => break,
+            _ = tokio::time::sleep_until(deadline), if status.is_none() => { timed_out = true; stop = true; break; }
+            _ = &mut cancel, if status.is_none() => { stop = true; break; }
+        }
+    }
+
+    let mut rung = 0;
+    if stop {
+        rung = ladder(pgid, &mut child).await;
+        // Collect what the pipes still hold, briefly.
+        let until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
+        while out.is_some() || err.is_some() {
+            tokio::select! {
+                chunk = read_some(&mut out) => match chunk { Some(b) => { stdout.push(&b); }, None => out = None },
+                chunk = read_some(&mut err) => match chunk { Some(b) => { stderr.push(&b); }, None => err = None },
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
+        status = child.try_wait().ok().flatten();
+    }
+    let exit_code = status.map_or(-1, |s| {
+        s.code()
+            .map_or_else(|| 128 + s.signal().unwrap_or(0) as i64, i64::from)
+    });
+    let exit = frames::Exit {
+        exit_code,
+        timed_out,
+        rung,
+        stdout: Some(stdout.finish().into()),
+        stderr: Some(stderr.finish().into()),
+        spawn_error: String::new(),
+    };
+    send(event::Kind::Exit(exit)).await;
+}
+
+/// SIGTERM to the group, grace, SIGKILL, grace. Returns the rung that
+/// emptied the group: 1 TERM, 2 KILL, 3 not even KILL (the service kills
+/// the container).
+async fn ladder(pgid: u32, child: &mut tokio::process::Child) -> u32 {
+    let Some(group) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
+        return 3;
+    };
+    let _ = rustix::process::kill_process_group(group, Signal::TERM);
+    if gone(group, child, TERM_GRACE).await {
+        return 1;
+    }
+    let _ = rustix::process::kill_process_group(group, Signal::KILL);
+    if gone(group, child, KILL_GRACE).await {
+        return 2;
+    }
+    3
+}
+
+/// Waits until the command has exited and no process is left in its group.
+async fn gone(group: Pid, child: &mut tokio::process::Child, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        let exited = matches!(child.try_wait(), Ok(Some(_)));
+        // Signal 0 probes the group; ESRCH means nobody is left.
+        let empty = rustix::process::test_kill_process_group(group).is_err();
+        if exited && empty {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A pipe read in chunks.
+struct Reader<R> {
+    pipe: R,
+    buf: Vec<u8>,
+}
+
+impl<R: AsyncRead + Unpin> Reader<R> {
+    fn new(pipe: R) -> Self {
+        Reader {
+            pipe,
+            buf: vec![0; 64 * 1024],
+        }
+    }
+}
+
+/// The next chunk of a pipe, `None` at EOF; pends forever when there is no pipe.
+async fn read_some<R: AsyncRead + Unpin>(reader: &mut Option<Reader<R>>) -> Option<Vec<u8>> {
+    let Some(r) = reader.as_mut() else {
+        return std::future::pending().await;
+    };
+    match r.pipe.read(&mut r.buf).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(r.buf[..n].to_vec()),
+    }
+}
