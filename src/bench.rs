@@ -74,6 +74,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     let mut config = Config::new(state.path().join("workspaces"));
     config.sandbox = SandboxConfig::new(&format!("sandboxd-bench-{}", std::process::id()));
     config.limits.max_file_bytes = 16 << 20;
+    config.sandbox.supervisor = Some(std::env::current_exe()?);
     let image = config.sandbox.default_image.clone();
     let docker = Arc::new(DockerRuntime::new(None));
     eprintln!("preparing the sandbox image...");

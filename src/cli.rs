@@ -296,6 +296,13 @@ struct ServeArgs {
     guard_deny: Vec<String>,
 }
 
+impl Cli {
+    /// True for the hidden `supervise` subcommand.
+    pub fn is_supervisor(&self) -> bool {
+        matches!(self.command, Command::Supervise)
+    }
+}
+
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {

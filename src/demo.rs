@@ -22,6 +22,7 @@ pub async fn run() -> Result<ExitCode, AnyError> {
     let state = tempfile::tempdir()?;
     let mut config = Config::new(state.path().join("workspaces"));
     config.sandbox = SandboxConfig::new(&format!("sandboxd-demo-{}", std::process::id()));
+    config.sandbox.supervisor = Some(std::env::current_exe()?);
     let runtime = Arc::new(DockerRuntime::new(None));
     eprintln!("preparing the sandbox image (built once, about a minute the first time)...");
     runtime.build_default_image().await?;

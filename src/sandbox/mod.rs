@@ -255,7 +255,30 @@ impl Sandbox {
         self.runtime.ensure_image(&self.spec.image).await?;
         let id = self.runtime.start_container(&self.spec).await?;
         *slot = Some(id.clone());
+        drop(slot);
+        // Start the supervisor now, so the first command does not wait for it.
+        if self.spec.supervisor.is_some()
+            && let Err(e) = self.link(&id).await
+        {
+            tracing::warn!(container = %id, error = %e, "supervisor unavailable; commands will run as plain execs");
+        }
         Ok(id)
+    }
+
+    /// The live supervisor link of `container`, started if needed.
+    async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
+        let mut slot = self.link.lock().await;
+        match slot.as_ref() {
+            Some((c, link)) if c == container && link.is_alive() => Ok(Arc::clone(link)),
+            _ => {
+                let link = Arc::new(
+                    supervisor::Link::start(self.runtime.as_ref(), container, &self.spec.user)
+                        .await?,
+                );
+                *slot = Some((container.to_string(), Arc::clone(&link)));
+                Ok(link)
+            }
+        }
     }
 
     /// Forgets and removes container `id` after it was killed as a hard
@@ -324,20 +347,7 @@ impl Sandbox {
     }
 
     async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Started, Error> {
-        let link = {
-            let mut slot = self.link.lock().await;
-            match slot.as_ref() {
-                Some((c, link)) if c == container && link.is_alive() => Arc::clone(link),
-                _ => {
-                    let link = Arc::new(
-                        supervisor::Link::start(self.runtime.as_ref(), container, &self.spec.user)
-                            .await?,
-                    );
-                    *slot = Some((container.to_string(), Arc::clone(&link)));
-                    link
-                }
-            }
-        };
+        let link = self.link(container).await?;
         let started = std::time::Instant::now();
         let (id, frames) = link.spawn(spec).await?;
         Ok(Started::Supervised(supervisor::Supervised {
