@@ -75,6 +75,8 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     config.sandbox = SandboxConfig::new(&format!("sandboxd-bench-{}", std::process::id()));
     config.limits.max_file_bytes = 16 << 20;
     config.sandbox.supervisor = Some(std::env::current_exe()?);
+    // As `serve` defaults.
+    config.sandbox.pool_size = 4;
     let image = config.sandbox.default_image.clone();
     let docker = Arc::new(DockerRuntime::new(None));
     eprintln!("preparing the sandbox image...");

@@ -284,6 +284,10 @@ struct ServeArgs {
     /// it cannot start) or `exec` (one Docker exec per command).
     #[arg(long, env = "SANDBOXD_EXEC_MODE", default_value = "supervisor", value_parser = ["supervisor", "exec"])]
     exec_mode: String,
+    /// Warm containers kept ready so a session with a fresh workspace (and
+    /// the default image and limits) starts without waiting for Docker.
+    #[arg(long, env = "SANDBOXD_POOL_SIZE", default_value_t = 4)]
+    pool_size: usize,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -367,6 +371,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
         pids: args.max_pids,
     };
     sandbox.tmp_bytes = args.tmp_bytes;
+    sandbox.pool_size = args.pool_size;
     if args.exec_mode == "supervisor" {
         sandbox.supervisor = Some(std::env::current_exe()?);
     }

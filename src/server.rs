@@ -60,6 +60,7 @@ pub async fn serve(
             loop {
                 tick.tick().await;
                 registry.reap_expired().await;
+                registry.fill_pool();
             }
         }
     });

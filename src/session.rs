@@ -128,6 +128,8 @@ pub struct SandboxConfig {
     /// Host path of the static sandboxd binary mounted as the in-container
     /// supervisor; `None` runs each command as its own Docker exec.
     pub supervisor: Option<PathBuf>,
+    /// Warm containers kept ready for new fresh-workspace sessions.
+    pub pool_size: usize,
 }
 
 impl SandboxConfig {
@@ -157,6 +159,7 @@ impl SandboxConfig {
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
+            pool_size: 0,
             default_env: BTreeMap::from([
                 ("HOME".to_string(), "/tmp".to_string()),
                 ("LANG".to_string(), "C.UTF-8".to_string()),
@@ -226,6 +229,8 @@ pub struct Session {
     pub workspace: Workspace,
     /// The session's container.
     pub sandbox: Sandbox,
+    /// Environment of every command of the session (over the container's).
+    env: BTreeMap<String, String>,
     sandbox_status: Mutex<Option<String>>,
     owned: Mutex<Option<TempDir>>,
     owns_workspace: bool,
@@ -314,6 +319,7 @@ pub struct Registry {
     runtime: Arc<dyn Runtime>,
     locks: Arc<PathLocks>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    pool: Arc<Pool>,
 }
 
 impl Registry {
@@ -334,6 +340,7 @@ impl Registry {
             runtime,
             locks: Arc::new(PathLocks::default()),
             sessions: Mutex::new(HashMap::new()),
+            pool: Arc::new(Pool::default()),
         })
     }
 
@@ -353,45 +360,49 @@ impl Registry {
         }
         let limits = self.limits(req.limits)?;
         check_env("env", &req.env)?;
-        let config = self.config.clone();
-        let locks = Arc::clone(&self.locks);
-        let (workspace, owned) =
-            tokio::task::spawn_blocking(move || open_workspace(&config, locks, req.workspace_path))
-                .await
-                .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
         let ttl = match req.ttl {
             Duration::ZERO => self.config.default_ttl,
             ttl => ttl.min(self.config.max_ttl),
         };
-        let id = new_id();
         let cfg = &self.config.sandbox;
-        let (uid, gid) = match workspace.owner() {
-            (0, _) => cfg.default_user,
-            owner => owner,
+        let image = req.image.unwrap_or_else(|| cfg.default_image.clone());
+        let warm = (req.workspace_path.is_none()
+            && image == cfg.default_image
+            && limits == cfg.default_limits)
+            .then(|| self.pool.take())
+            .flatten();
+        let pooled = warm.is_some();
+        let Prepared {
+            id,
+            workspace,
+            dir,
+            sandbox,
+        } = match warm {
+            Some(warm) => warm,
+            None => {
+                prepare(
+                    &self.config,
+                    &self.runtime,
+                    &self.locks,
+                    req.workspace_path,
+                    image,
+                    limits,
+                )
+                .await?
+            }
         };
-        let spec = ContainerSpec {
-            image: req.image.unwrap_or_else(|| cfg.default_image.clone()),
-            workspace: workspace.host_path().to_path_buf(),
-            user: format!("{uid}:{gid}"),
-            env: cfg.default_env.clone().into_iter().chain(req.env).collect(),
-            limits,
-            tmp_bytes: cfg.tmp_bytes,
-            labels: BTreeMap::from([
-                (labels::SESSION.to_string(), id.clone()),
-                (labels::INSTANCE.to_string(), cfg.instance.clone()),
-                (labels::SERVICE.to_string(), cfg.service.clone()),
-            ]),
-            runtime: cfg.runtime.clone(),
-            supervisor: cfg.supervisor.clone(),
-        };
+        if pooled {
+            self.pool.fill(&self.config, &self.runtime, &self.locks);
+        }
         let now = SystemTime::now();
         let session = Arc::new(Session {
             id,
             workspace,
-            sandbox: Sandbox::new(Arc::clone(&self.runtime), spec),
+            sandbox,
+            env: req.env,
             sandbox_status: Mutex::new(None),
-            owns_workspace: owned.is_some(),
-            owned: Mutex::new(owned),
+            owns_workspace: dir.is_some(),
+            owned: Mutex::new(dir),
             ttl,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
@@ -406,6 +417,7 @@ impl Registry {
             admitted
         };
         if !admitted {
+            let _ = session.sandbox.close().await;
             remove_workspace(&session).await;
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
@@ -424,7 +436,7 @@ impl Registry {
             }
         }
         let info = session.info().await;
-        tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, "session created");
+        tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
         Ok(info)
     }
 
@@ -580,6 +592,7 @@ impl Registry {
         let stdout_cap = cap("stdout_cap", req.stdout_cap)?;
         let stderr_cap = cap("stderr_cap", req.stderr_cap)?;
         let cwd = session.workspace.real_dir(&req.cwd).await?;
+        let env = session.env.clone().into_iter().chain(req.env).collect();
         Ok(CommandSpec {
             command: req.command,
             cwd: if cwd.is_empty() {
@@ -587,7 +600,7 @@ impl Registry {
             } else {
                 format!("/workspace/{cwd}")
             },
-            env: req.env,
+            env,
             timeout,
             stdout_cap: stdout_cap as usize,
             stderr_cap: stderr_cap as usize,
@@ -640,12 +653,198 @@ impl Registry {
         closed
     }
 
-    /// Closes every session (at shutdown).
+    /// Tops the pool of warm containers up to its configured size, in the
+    /// background.
+    pub fn fill_pool(&self) {
+        self.pool.fill(&self.config, &self.runtime, &self.locks);
+    }
+
+    /// Warm containers ready now (for tests and the benchmark).
+    pub fn pool_ready(&self) -> usize {
+        self.pool.ready()
+    }
+
+    /// Closes every session and empties the pool (at shutdown).
     pub async fn close_all(&self) {
+        for warm in self.pool.drain() {
+            discard(warm).await;
+        }
+        self.pool.settled().await;
         let ids: Vec<String> = self.table().keys().cloned().collect();
         for id in ids {
             let _ = self.close(&id).await;
         }
+    }
+}
+
+/// A session-to-be: workspace and (not yet started) sandbox.
+struct Prepared {
+    id: String,
+    workspace: Workspace,
+    dir: Option<TempDir>,
+    sandbox: Sandbox,
+}
+
+/// Opens the workspace and builds the sandbox of a new session.
+async fn prepare(
+    config: &Config,
+    runtime: &Arc<dyn Runtime>,
+    locks: &Arc<PathLocks>,
+    workspace_path: Option<String>,
+    image: String,
+    limits: sandbox::Limits,
+) -> Result<Prepared, Error> {
+    let cfg = config.clone();
+    let locks = Arc::clone(locks);
+    let (workspace, dir) =
+        tokio::task::spawn_blocking(move || open_workspace(&cfg, locks, workspace_path))
+            .await
+            .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
+    let id = new_id();
+    let cfg = &config.sandbox;
+    let (uid, gid) = match workspace.owner() {
+        (0, _) => cfg.default_user,
+        owner => owner,
+    };
+    let spec = ContainerSpec {
+        image,
+        workspace: workspace.host_path().to_path_buf(),
+        user: format!("{uid}:{gid}"),
+        env: cfg.default_env.clone(),
+        limits,
+        tmp_bytes: cfg.tmp_bytes,
+        labels: BTreeMap::from([
+            (labels::SESSION.to_string(), id.clone()),
+            (labels::INSTANCE.to_string(), cfg.instance.clone()),
+            (labels::SERVICE.to_string(), cfg.service.clone()),
+        ]),
+        runtime: cfg.runtime.clone(),
+        supervisor: cfg.supervisor.clone(),
+    };
+    Ok(Prepared {
+        id,
+        workspace,
+        dir,
+        sandbox: Sandbox::new(Arc::clone(runtime), spec),
+    })
+}
+
+/// Warm sessions-to-be: fresh workspaces whose container (default image,
+/// default limits, the same hardening as any other) already runs with its
+/// supervisor, so a new session starts without waiting for Docker. Each
+/// carries its future session id in its labels, so it is swept like any
+/// other container if the service dies.
+#[derive(Default)]
+struct Pool {
+    ready: Mutex<std::collections::VecDeque<Prepared>>,
+    filling: std::sync::atomic::AtomicUsize,
+    /// Set at shutdown: fills still in flight discard what they made.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("ready", &self.ready())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    fn take(&self) -> Option<Prepared> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    fn ready(&self) -> usize {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Closes the pool for good and returns what was ready. Fills still in
+    /// flight clean up after themselves; [`Pool::settled`] waits for them.
+    fn drain(&self) -> Vec<Prepared> {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// Waits (bounded) until no fill is in flight.
+    async fn settled(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.filling.load(std::sync::atomic::Ordering::SeqCst) > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts enough background fills to reach the configured size.
+    fn fill(self: &Arc<Self>, config: &Config, runtime: &Arc<dyn Runtime>, locks: &Arc<PathLocks>) {
+        use std::sync::atomic::Ordering;
+        let want = config.sandbox.pool_size;
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let filling = self.filling.load(Ordering::SeqCst);
+            if self.ready() + filling >= want {
+                return;
+            }
+            if self
+                .filling
+                .compare_exchange(filling, filling + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            let (pool, config, runtime, locks) = (
+                Arc::clone(self),
+                config.clone(),
+                Arc::clone(runtime),
+                Arc::clone(locks),
+            );
+            tokio::spawn(async move {
+                let image = config.sandbox.default_image.clone();
+                let limits = config.sandbox.default_limits;
+                match prepare(&config, &runtime, &locks, None, image, limits).await {
+                    Ok(warm) => {
+                        let started = warm.sandbox.ensure().await;
+                        if let Err(e) = &started {
+                            tracing::debug!(error = %e, "cannot warm a container");
+                        }
+                        // Decided under the lock drain takes: an entry is
+                        // either drained at shutdown or discarded here.
+                        let leftover = {
+                            let mut ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
+                            if started.is_ok() && !pool.closed.load(Ordering::SeqCst) {
+                                ready.push_back(warm);
+                                None
+                            } else {
+                                Some(warm)
+                            }
+                        };
+                        if let Some(warm) = leftover {
+                            discard(warm).await;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot prepare a warm workspace"),
+                }
+                pool.filling.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    }
+}
+
+/// Removes a warm entry that will not be used: its container and workspace.
+async fn discard(warm: Prepared) {
+    if let Err(e) = warm.sandbox.close().await {
+        tracing::warn!(error = %e, "cannot remove a pooled container");
+    }
+    if let Some(dir) = warm.dir {
+        let _ = tokio::task::spawn_blocking(move || dir.close()).await;
     }
 }
 

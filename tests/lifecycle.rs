@@ -98,7 +98,7 @@ struct Served {
 }
 
 impl Served {
-    async fn start(service: &str, workspaces: &std::path::Path) -> Served {
+    async fn start(service: &str, workspaces: &std::path::Path, pool: usize) -> Served {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -111,6 +111,7 @@ impl Served {
                 "--service-name",
                 service,
             ])
+            .args(["--pool-size", &pool.to_string()])
             .arg("--workspace-dir")
             .arg(workspaces)
             .stdout(Stdio::null())
@@ -168,6 +169,22 @@ impl Drop for Served {
     }
 }
 
+/// Removes the containers carrying a label when the test ends, also when it
+/// fails half-way (this test leaks containers on purpose).
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let ids = containers_labelled(&self.0);
+        if !ids.is_empty() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f"])
+                .args(&ids)
+                .output();
+        }
+    }
+}
+
 #[tokio::test]
 async fn sigkilled_service_leaves_nothing_once_restarted() {
     let service = format!(
@@ -175,8 +192,10 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
         &uuid::Uuid::new_v4().simple().to_string()[..10]
     );
     let label = format!("sandboxd.service={service}");
+    let _cleanup = RemoveOnDrop(label.clone());
     let workspaces = tempfile::tempdir().unwrap();
-    let mut first = Served::start(&service, workspaces.path()).await;
+    // The first instance keeps a warm container too: it must not leak either.
+    let mut first = Served::start(&service, workspaces.path(), 1).await;
     let session = first
         .client()
         .await
@@ -185,21 +204,24 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
         .unwrap()
         .into_inner();
     assert!(!session.container_id.is_empty());
-    assert_eq!(
-        containers_labelled(&label),
-        std::slice::from_ref(&session.container_id)
-    );
+    assert!(containers_labelled(&label).contains(&session.container_id));
+    // Wait for the pool to refill, so a warm container is there to leak.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while containers_labelled(&label).len() < 2 {
+        assert!(Instant::now() < deadline, "the pool did not refill");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // SIGKILL: no chance to clean up.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
     assert_eq!(
         containers_labelled(&label).len(),
-        1,
-        "the kill left the container behind"
+        2,
+        "the kill left the session's and the warm container behind"
     );
     assert!(std::path::Path::new(&session.workspace_path).exists());
 
-    let second = Served::start(&service, workspaces.path()).await;
+    let second = Served::start(&service, workspaces.path(), 0).await;
     assert!(
         containers_labelled(&label).is_empty(),
         "restart did not remove the leaked container"

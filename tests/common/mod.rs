@@ -26,6 +26,8 @@ pub struct TestServer {
     workspaces: TempDir,
     /// Containers of this server carry `sandboxd.service=<service>`.
     pub service: String,
+    /// The server's registry (to observe the warm pool).
+    pub registry: Arc<Registry>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -94,13 +96,19 @@ impl TestServer {
         config.sandbox = SandboxConfig::new(&service);
         tweak(&mut config);
         let registry = Arc::new(Registry::new(config, runtime).unwrap());
+        let server_registry = Arc::clone(&registry);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            sandboxd::server::serve(listener, registry, Duration::from_millis(100), async {
-                let _ = stopped.await;
-            })
+            sandboxd::server::serve(
+                listener,
+                server_registry,
+                Duration::from_millis(100),
+                async {
+                    let _ = stopped.await;
+                },
+            )
             .await
             .unwrap();
         });
@@ -118,6 +126,7 @@ impl TestServer {
             allowed_root,
             workspaces,
             service,
+            registry,
             stop: Some(stop),
             task: Some(task),
         }

@@ -551,3 +551,65 @@ async fn commands_take_the_configured_path() {
     }
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
+    let srv = TestServer::with_docker_mode_and(MODE, |c| c.sandbox.pool_size = 2).await;
+    // The pool fills in the background.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while srv.registry.pool_ready() < 2 {
+        assert!(std::time::Instant::now() < deadline, "pool did not fill");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let warm = srv.containers();
+    let s = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(warm.contains(&s.container_id), "the session took a warm container");
+    // The pooled container is hardened like any other and runs its commands.
+    let ran = run(&srv.client, &s.session_id, "id -u; touch /usr/x 2>&1; ls /workspace | wc -l", 10_000).await;
+    assert!(ran.stdout().starts_with("1000\n"), "{}", ran.stdout());
+    assert!(ran.stdout().contains("Read-only file system"), "{}", ran.stdout());
+    // Session env reaches pooled containers' commands too.
+    let env = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            env: [("SESSION_VAR".to_string(), "pooled".to_string())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(run(&srv.client, &env.session_id, "echo $SESSION_VAR", 10_000).await.stdout(), "pooled\n");
+    // Non-default limits start cold.
+    let cold = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            limits: Some(pb::Limits {
+                pids: 100,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!warm.contains(&cold.container_id));
+    // The pool refills: 3 sessions plus 2 warm containers.
+    while srv.registry.pool_ready() < 2 {
+        assert!(std::time::Instant::now() < deadline, "pool did not refill");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ids = srv.containers();
+    assert_eq!(ids.len(), 5);
+    srv.stop().await;
+    // Sessions and warm containers alike are gone after shutdown.
+    let left: Vec<_> = ids.iter().filter(|id| common::containers_labelled("sandboxd.session").contains(id)).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
