@@ -81,7 +81,20 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     let docker = Arc::new(DockerRuntime::new(None));
     eprintln!("preparing the sandbox image...");
     docker.build_default_image().await?;
+    let pool_size = config.sandbox.pool_size;
     let registry = Arc::new(Registry::new(config, docker.clone())?);
+    let pool = Arc::clone(&registry);
+    // Each figure starts from the steady state: the warm pool full, not
+    // refilling (container starts would steal the CPU being measured).
+    let settle = || {
+        let pool = Arc::clone(&pool);
+        async move {
+            let until = Instant::now() + Duration::from_secs(60);
+            while pool.pool_ready() < pool_size && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -102,11 +115,15 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
 
     let mut rows = Vec::new();
     let result = async {
+        settle().await;
         round_trip(&client, &docker, args.samples, &mut rows).await?;
+        settle().await;
         session_start(&client, &image, (args.samples / 5).max(5), &mut rows).await?;
+        settle().await;
         edits(&client, (args.samples / 2).max(10), &mut rows).await?;
+        settle().await;
         flood(&client, args.flood_bytes, &mut rows).await?;
-        concurrency(&client, &mut rows).await?;
+        concurrency(&client, &mut rows, settle).await?;
         Ok::<(), AnyError>(())
     }
     .await;
@@ -409,7 +426,11 @@ async fn flood(client: &Client, bytes: u64, rows: &mut Vec<Row>) -> Result<(), A
     Ok(())
 }
 
-async fn concurrency(client: &Client, rows: &mut Vec<Row>) -> Result<(), AnyError> {
+async fn concurrency<F: std::future::Future<Output = ()>>(
+    client: &Client,
+    rows: &mut Vec<Row>,
+    settle: impl Fn() -> F,
+) -> Result<(), AnyError> {
     const SESSIONS: usize = 16;
     const COMMANDS: usize = 50;
     eprintln!("concurrency ({SESSIONS} sessions x {COMMANDS} commands)...");
@@ -417,6 +438,7 @@ async fn concurrency(client: &Client, rows: &mut Vec<Row>) -> Result<(), AnyErro
     for _ in 0..SESSIONS {
         sessions.push(new_session(client).await?.session_id);
     }
+    settle().await;
     let t = Instant::now();
     let mut tasks = Vec::new();
     for sid in &sessions {

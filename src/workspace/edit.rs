@@ -292,7 +292,12 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
         }
     }
 
-    let mut out = String::with_capacity(text.len());
+    // The new text is built once, behind the BOM, so a plain file needs no
+    // second copy (large buffers cost a page fault per 4 KiB when fresh).
+    let bom = if decoded.bom { BOM } else { "" };
+    let growth: usize = sites.iter().map(|s| normalised[s.edit].1.len()).sum();
+    let mut out = String::with_capacity(bom.len() + text.len() + growth);
+    out.push_str(bom);
     let mut cursor = 0;
     for s in &sites {
         out.push_str(&text[cursor..s.start]);
@@ -300,6 +305,7 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
         cursor = s.end;
     }
     out.push_str(&text[cursor..]);
+    let new_text = &out[bom.len()..];
 
     let first_changed_line = line_numbers(text, [sites[0].start])[0];
     // Lines after minus lines before, from the sites alone: newlines added
@@ -313,19 +319,18 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
         })
         .sum();
     let open_end = |t: &str| i64::from(!t.is_empty() && !t.ends_with('\n'));
-    let line_delta = newline_delta + open_end(&out) - open_end(text);
+    let line_delta = newline_delta + open_end(new_text) - open_end(text);
     let last_end = sites.iter().map(|s| s.end).max().unwrap_or(0);
-    let (diff, diff_truncated) = unified_diff(text, &out, sites[0].start, last_end, label);
+    let (diff, diff_truncated) = unified_diff(text, new_text, sites[0].start, last_end, label);
 
-    let mut bytes = Vec::with_capacity(out.len() + out.len() / 32 + 3);
-    if decoded.bom {
-        bytes.extend_from_slice(BOM.as_bytes());
-    }
-    if crlf {
-        bytes.extend_from_slice(out.replace('\n', "\r\n").as_bytes());
+    let bytes = if crlf {
+        let mut crlf_text = String::with_capacity(out.len() + out.len() / 16);
+        crlf_text.push_str(bom);
+        crlf_text.push_str(&new_text.replace('\n', "\r\n"));
+        crlf_text.into_bytes()
     } else {
-        bytes.extend_from_slice(out.as_bytes());
-    }
+        out.into_bytes()
+    };
     Ok(Applied {
         bytes,
         replacements: sites.len(),
