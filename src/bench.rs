@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::session::{Config, Registry, SandboxConfig};
 use tonic::transport::Channel;
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
@@ -70,48 +69,25 @@ fn verdict(met: bool, what: &str) -> String {
 
 /// Runs every figure and writes the report.
 pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
-    let state = tempfile::tempdir()?;
-    let mut config = Config::new(state.path().join("workspaces"));
-    config.sandbox = SandboxConfig::new(&format!("sandboxd-bench-{}", std::process::id()));
-    config.limits.max_file_bytes = 16 << 20;
-    config.sandbox.supervisor = Some(std::env::current_exe()?);
-    // As `serve` defaults.
-    config.sandbox.pool_size = 4;
-    let image = config.sandbox.default_image.clone();
-    let docker = Arc::new(DockerRuntime::new(None));
-    eprintln!("preparing the sandbox image...");
-    docker.build_default_image().await?;
-    let pool_size = config.sandbox.pool_size;
-    let registry = Arc::new(Registry::new(config, docker.clone())?);
-    let pool = Arc::clone(&registry);
+    // As `serve` defaults: a warm pool of 4.
+    let pool_size = 4;
+    let local =
+        crate::local::Local::start("bench", pool_size, |c| c.limits.max_file_bytes = 16 << 20)
+            .await?;
+    let (client, docker) = (local.client.clone(), Arc::clone(&local.docker));
+    let image = sandboxd::sandbox::image::default_image();
     // Each figure starts from the steady state: the warm pool full, not
     // refilling (container starts would steal the CPU being measured).
+    let registry = Arc::clone(&local.registry);
     let settle = || {
-        let pool = Arc::clone(&pool);
+        let registry = Arc::clone(&registry);
         async move {
             let until = Instant::now() + Duration::from_secs(60);
-            while pool.pool_ready() < pool_size && Instant::now() < until {
+            while registry.pool_ready() < pool_size && Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(sandboxd::server::serve(
-        listener,
-        registry,
-        Duration::from_secs(5),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
-    let client = SandboxClient::new(channel)
-        .max_decoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES);
 
     let mut rows = Vec::new();
     let result = async {
@@ -127,8 +103,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         Ok::<(), AnyError>(())
     }
     .await;
-    let _ = stop.send(());
-    server.await??;
+    local.stop().await?;
     result?;
 
     let report = render(&rows);

@@ -3,12 +3,8 @@
 //! it over gRPC like any agent would, and shuts it down.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
-use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::session::{Config, Registry, SandboxConfig};
 use tonic::transport::Channel;
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
@@ -19,31 +15,9 @@ const TEST_COMMAND: &str = "python3 -m unittest -v 2>&1";
 
 /// Runs the demo; exits 0 when the loop went red then green.
 pub async fn run() -> Result<ExitCode, AnyError> {
-    let state = tempfile::tempdir()?;
-    let mut config = Config::new(state.path().join("workspaces"));
-    config.sandbox = SandboxConfig::new(&format!("sandboxd-demo-{}", std::process::id()));
-    config.sandbox.supervisor = Some(std::env::current_exe()?);
-    let runtime = Arc::new(DockerRuntime::new(None));
-    eprintln!("preparing the sandbox image (built once, about a minute the first time)...");
-    runtime.build_default_image().await?;
-    let registry = Arc::new(Registry::new(config, runtime)?);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(sandboxd::server::serve(
-        listener,
-        registry,
-        Duration::from_secs(5),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    let channel = Channel::from_shared(format!("http://{addr}"))?
-        .connect()
-        .await?;
-    let outcome = demo(SandboxClient::new(channel)).await;
-    let _ = stop.send(());
-    server.await??;
+    let local = crate::local::Local::start("demo", 0, |_| {}).await?;
+    let outcome = demo(local.client.clone()).await;
+    local.stop().await?;
     let (red, green) = outcome?;
     println!("\nred (exit {red}) -> green (exit {green}): the loop works.");
     Ok(if red != 0 && green == 0 {
