@@ -74,7 +74,11 @@ enum Command {
     Bench(crate::bench::BenchArgs),
     /// The in-container supervisor (started by the service, not by people).
     #[command(hide = true)]
-    Supervise,
+    Supervise {
+        /// Unix socket of the service to connect to (default: stdio).
+        #[arg(long)]
+        connect: Option<PathBuf>,
+    },
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
     Session(SessionCommand),
@@ -303,7 +307,7 @@ struct ServeArgs {
 impl Cli {
     /// True for the hidden `supervise` subcommand.
     pub fn is_supervisor(&self) -> bool {
-        matches!(self.command, Command::Supervise)
+        matches!(self.command, Command::Supervise { .. })
     }
 }
 
@@ -318,7 +322,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Demo => crate::demo::run().await,
         Command::Bench(args) => crate::bench::run(args).await,
-        Command::Supervise => sandboxd::sandbox::supervise::supervise()
+        Command::Supervise { connect } => sandboxd::sandbox::supervise::supervise(connect)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
@@ -374,6 +378,12 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
     sandbox.pool_size = args.pool_size;
     if args.exec_mode == "supervisor" {
         sandbox.supervisor = Some(std::env::current_exe()?);
+        sandbox.socket_root = Some(
+            std::env::temp_dir()
+                .join("sandboxd")
+                .join(&args.service_name)
+                .join("run"),
+        );
     }
     sandbox.default_timeout = Duration::from_millis(args.default_timeout_ms);
     sandbox.max_timeout = Duration::from_millis(args.max_timeout_ms);
@@ -465,7 +475,7 @@ async fn client(
         | Command::Image(_)
         | Command::Demo
         | Command::Bench(_)
-        | Command::Supervise => unreachable_serve(),
+        | Command::Supervise { .. } => unreachable_serve(),
         Command::Run {
             cwd,
             timeout_ms,

@@ -39,6 +39,7 @@ impl Local {
         let mut config = Config::new(state.path().join("workspaces"));
         config.sandbox = SandboxConfig::new(&format!("sandboxd-{name}-{}", std::process::id()));
         config.sandbox.supervisor = Some(std::env::current_exe()?);
+        config.sandbox.socket_root = Some(state.path().join("run"));
         config.sandbox.pool_size = pool_size;
         tweak(&mut config);
         let docker = Arc::new(DockerRuntime::new(None));

@@ -130,6 +130,10 @@ pub struct SandboxConfig {
     pub supervisor: Option<PathBuf>,
     /// Warm containers kept ready for new fresh-workspace sessions.
     pub pool_size: usize,
+    /// Host directory under which each container gets the socket its
+    /// supervisor connects to (Docker on this host only); `None` relays
+    /// frames over the supervisor exec's stdio instead.
+    pub socket_root: Option<PathBuf>,
 }
 
 impl SandboxConfig {
@@ -160,6 +164,7 @@ impl SandboxConfig {
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
             pool_size: 0,
+            socket_root: None,
             default_env: BTreeMap::from([
                 ("HOME".to_string(), "/tmp".to_string()),
                 ("LANG".to_string(), "C.UTF-8".to_string()),
@@ -591,7 +596,12 @@ impl Registry {
         };
         let stdout_cap = cap("stdout_cap", req.stdout_cap)?;
         let stderr_cap = cap("stderr_cap", req.stderr_cap)?;
-        let cwd = session.workspace.real_dir(&req.cwd).await?;
+        // The workspace root needs no lookup (and no trip to the blocking pool).
+        let cwd = if matches!(req.cwd.as_str(), "" | "." | "/workspace") {
+            String::new()
+        } else {
+            session.workspace.real_dir(&req.cwd).await?
+        };
         let env = session.env.clone().into_iter().chain(req.env).collect();
         Ok(CommandSpec {
             command: req.command,
@@ -617,8 +627,24 @@ impl Registry {
             .values()
             .map(|s| s.workspace.host_path().to_path_buf())
             .collect();
+        let live_ids: Vec<String> = self.table().keys().cloned().collect();
         let dir = self.config.workspace_dir.clone();
-        let _ = tokio::task::spawn_blocking(move || remove_stale_workspaces(&dir, &live)).await;
+        let sockets = cfg.socket_root.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            remove_stale_workspaces(&dir, &live);
+            // Socket directories are named after their session.
+            if let Some(root) = sockets
+                && let Ok(entries) = std::fs::read_dir(&root)
+            {
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if !live_ids.contains(&name) {
+                        let _ = std::fs::remove_dir_all(entry.path());
+                    }
+                }
+            }
+        })
+        .await;
         let removed = self
             .runtime
             .remove_labelled(
@@ -720,6 +746,7 @@ async fn prepare(
         ]),
         runtime: cfg.runtime.clone(),
         supervisor: cfg.supervisor.clone(),
+        socket_dir: cfg.socket_root.as_ref().map(|root| root.join(&id)),
     };
     Ok(Prepared {
         id,

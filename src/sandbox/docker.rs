@@ -282,6 +282,13 @@ impl Runtime for DockerRuntime {
                 super::supervisor::MOUNT_PATH
             ));
         }
+        if let Some(dir) = &spec.socket_dir {
+            binds.push(format!(
+                "{}:{}:ro",
+                dir.display(),
+                super::supervisor::RUN_PATH
+            ));
+        }
         let host_config = HostConfig {
             binds: Some(binds),
             network_mode: Some("none".into()),

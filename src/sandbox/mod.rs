@@ -125,6 +125,9 @@ pub struct ContainerSpec {
     /// Host path of a static sandboxd binary, mounted read-only as the
     /// in-container supervisor; `None` runs every command as its own exec.
     pub supervisor: Option<PathBuf>,
+    /// Host directory mounted read-only at `/.sandboxd/run`, where the
+    /// service listens for the supervisor; `None` uses the exec's stdio.
+    pub socket_dir: Option<PathBuf>,
 }
 
 /// One process to run in a container.
@@ -253,6 +256,18 @@ impl Sandbox {
             return Ok(id.clone());
         }
         self.runtime.ensure_image(&self.spec.image).await?;
+        if let Some(dir) = &self.spec.socket_dir {
+            // Root-owned and only traversable: the container may connect to
+            // the socket inside but never plant anything there.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir_all(dir)
+                .and_then(|()| {
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+                })
+                .map_err(|e| {
+                    Error::StartContainer(format!("socket directory {}: {e}", dir.display()))
+                })?;
+        }
         let id = self.runtime.start_container(&self.spec).await?;
         *slot = Some(id.clone());
         drop(slot);
@@ -272,8 +287,13 @@ impl Sandbox {
             Some((c, link)) if c == container && link.is_alive() => Ok(Arc::clone(link)),
             _ => {
                 let link = Arc::new(
-                    supervisor::Link::start(self.runtime.as_ref(), container, &self.spec.user)
-                        .await?,
+                    supervisor::Link::start(
+                        self.runtime.as_ref(),
+                        container,
+                        &self.spec.user,
+                        self.spec.socket_dir.as_deref(),
+                    )
+                    .await?,
                 );
                 *slot = Some((container.to_string(), Arc::clone(&link)));
                 Ok(link)
@@ -295,8 +315,11 @@ impl Sandbox {
         }
     }
 
-    /// Removes the container (session close).
+    /// Removes the container (session close) and its socket directory.
     pub async fn close(&self) -> Result<(), Error> {
+        if let Some(dir) = &self.spec.socket_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         let id = self.container.lock().await.take();
         match id {
             Some(id) => self.runtime.remove_container(&id).await,

@@ -27,12 +27,30 @@ const KILL_GRACE: Duration = Duration::from_secs(1);
 /// Output still read after the command's own process exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 
-/// Runs the supervisor until stdin closes (the service went away), then
-/// stops every command still running.
-pub async fn supervise() -> std::io::Result<()> {
+/// Runs the supervisor until its input closes (the service went away),
+/// then stops every command still running.
+///
+/// With `connect`, frames travel over the Unix socket the service listens on
+/// (mounted read-only into the container): no Docker hop on the way. Without
+/// it, they travel over the exec's stdin and stdout.
+pub async fn supervise(connect: Option<std::path::PathBuf>) -> std::io::Result<()> {
+    match connect {
+        Some(path) => {
+            let stream = tokio::net::UnixStream::connect(&path).await?;
+            let (read, write) = stream.into_split();
+            serve_frames(read, write).await
+        }
+        None => serve_frames(tokio::io::stdin(), tokio::io::stdout()).await,
+    }
+}
+
+async fn serve_frames<R, W>(mut input: R, mut out: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, mut rx) = mpsc::channel::<frames::Event>(256);
     let writer = tokio::spawn(async move {
-        let mut out = tokio::io::stdout();
         while let Some(ev) = rx.recv().await {
             let mut bytes = frames::encode(&ev);
             // Batch whatever else is ready into one write.
@@ -52,11 +70,10 @@ pub async fn supervise() -> std::io::Result<()> {
         .await;
 
     let mut cancels: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
-    let mut stdin = tokio::io::stdin();
     let mut decoder = Decoder::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = stdin.read(&mut buf).await?;
+        let n = input.read(&mut buf).await?;
         if n == 0 {
             break;
         }

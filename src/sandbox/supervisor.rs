@@ -6,6 +6,7 @@
 //! ladder's time, the service kills the container.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,10 +18,36 @@ use tokio::sync::mpsc;
 
 use super::frames::{self, Decoder, event, request};
 use super::run::{CommandSpec, Event, ExitReport, KilledBy, TERM_GRACE};
-use super::{Error, ExecSpec, Output, Runtime};
+use super::{Error, ExecSpec, InputSink, Output, Runtime};
 
 /// Where the supervisor binary is mounted in every container.
 pub const MOUNT_PATH: &str = "/.sandboxd/sandboxd";
+/// Where the container's socket directory is mounted (read-only).
+pub const RUN_PATH: &str = "/.sandboxd/run";
+/// The socket's name in that directory.
+const SOCKET: &str = "sock";
+
+type FrameStream = Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>;
+
+/// Makes `dir` (root-owned, only traversable by others) and listens on a
+/// socket in it that the container's user may connect to.
+fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |e: std::io::Error| {
+        Error::StartExec(format!("supervisor socket in {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(fail)?;
+    let path = dir.join(SOCKET);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(&path).map_err(fail)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
+    Ok(listener)
+}
 
 /// How long a new supervisor may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,15 +75,63 @@ impl std::fmt::Debug for Link {
 
 impl Link {
     /// Starts the supervisor in `container` as `user` and waits until it is
-    /// ready.
-    pub async fn start(rt: &dyn Runtime, container: &str, user: &str) -> Result<Link, Error> {
+    /// ready. With `socket_dir` (the host side of the container's read-only
+    /// `/.sandboxd/run`), frames travel over a Unix socket the service
+    /// listens on, bypassing the Docker daemon; otherwise over the exec's
+    /// stdin and stdout.
+    pub async fn start(
+        rt: &dyn Runtime,
+        container: &str,
+        user: &str,
+        socket_dir: Option<&Path>,
+    ) -> Result<Link, Error> {
+        let mut argv = vec![MOUNT_PATH.to_string(), "supervise".to_string()];
+        let listener = match socket_dir {
+            Some(dir) => {
+                argv.extend(["--connect".to_string(), format!("{RUN_PATH}/{SOCKET}")]);
+                Some(listen(dir)?)
+            }
+            None => None,
+        };
         let spec = ExecSpec {
-            argv: vec![MOUNT_PATH.into(), "supervise".into()],
+            argv,
             env: Default::default(),
             cwd: "/".into(),
             user: user.to_string(),
         };
-        let (_exec, mut output, input) = rt.start_exec_with_stdin(container, &spec).await?;
+        let (_exec, output, stdin) = rt.start_exec_with_stdin(container, &spec).await?;
+        let (frames, input): (FrameStream, InputSink) = match (listener, socket_dir) {
+            (Some(listener), Some(dir)) => {
+                let accepted = tokio::time::timeout(READY_TIMEOUT, listener.accept()).await;
+                // One supervisor per socket: nobody else may connect later.
+                drop(listener);
+                let _ = std::fs::remove_file(dir.join(SOCKET));
+                let (stream, _) = accepted
+                    .map_err(|_| Error::StartExec("the supervisor did not connect".into()))?
+                    .map_err(|e| Error::StartExec(format!("accepting the supervisor: {e}")))?;
+                let (read, write) = stream.into_split();
+                // The exec's own streams carry nothing now; drain them so the
+                // supervisor's stderr never blocks.
+                tokio::spawn(output.for_each(|_| async {}));
+                let frames = tokio_stream::StreamExt::map_while(
+                    tokio_util::io::ReaderStream::new(read),
+                    Result::ok,
+                );
+                (Box::pin(frames), Box::pin(write))
+            }
+            _ => {
+                let frames = tokio_stream::StreamExt::map_while(output, |item| match item {
+                    Ok(Output::Stdout(bytes)) => Some(bytes),
+                    Ok(Output::Stderr(bytes)) => {
+                        tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
+                        Some(bytes::Bytes::new())
+                    }
+                    Err(_) => None,
+                });
+                (Box::pin(frames), stdin)
+            }
+        };
+        let mut frames = frames;
         let routes: Routes = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -65,15 +140,8 @@ impl Link {
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
             let mut decoder = Decoder::default();
-            'read: while let Some(item) = output.next().await {
-                match item {
-                    Ok(Output::Stdout(bytes)) => decoder.push(&bytes),
-                    Ok(Output::Stderr(bytes)) => {
-                        tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
-                        continue;
-                    }
-                    Err(_) => break,
-                }
+            'read: while let Some(bytes) = frames.next().await {
+                decoder.push(&bytes);
                 loop {
                     match decoder.next_frame::<frames::Event>() {
                         Ok(Some(ev)) => {

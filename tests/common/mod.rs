@@ -35,8 +35,10 @@ pub struct TestServer {
 /// How commands reach the container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Through the in-container supervisor (the default).
+    /// Through the in-container supervisor over its Unix socket (the default).
     Supervisor,
+    /// Through the supervisor over the exec's stdio (remote Docker).
+    SupervisorStdio,
     /// One Docker exec per command (the fallback).
     Exec,
 }
@@ -76,8 +78,14 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("cannot build the default sandbox image: {e}"));
         Self::build(docker, |config| {
             config.sandbox.supervisor = match mode {
-                Mode::Supervisor => Some(env!("CARGO_BIN_EXE_sandboxd").into()),
+                Mode::Supervisor | Mode::SupervisorStdio => {
+                    Some(env!("CARGO_BIN_EXE_sandboxd").into())
+                }
                 Mode::Exec => None,
+            };
+            config.sandbox.socket_root = match mode {
+                Mode::Supervisor => Some(config.workspace_dir.join("run")),
+                Mode::SupervisorStdio | Mode::Exec => None,
             };
             tweak(config)
         })

@@ -546,7 +546,8 @@ async fn commands_take_the_configured_path() {
     let ran = run(&srv.client, &sid, "tr '\\0' ' ' < /proc/$PPID/cmdline", 10_000).await;
     let parent = ran.stdout();
     match MODE {
-        common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise"), "{parent}"),
+        common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise --connect"), "{parent}"),
+        common::Mode::SupervisorStdio => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise"),
         common::Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
     srv.stop().await;
