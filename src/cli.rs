@@ -72,6 +72,10 @@ enum Command {
     Demo,
     /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
     Bench(crate::bench::BenchArgs),
+    /// Waits forever: the main process of a container whose image may have
+    /// nothing but a shell (started by the service, not by people).
+    #[command(hide = true)]
+    Idle,
     /// The in-container supervisor (started by the service, not by people).
     #[command(hide = true)]
     Supervise {
@@ -307,7 +311,7 @@ struct ServeArgs {
 impl Cli {
     /// True for the hidden `supervise` subcommand.
     pub fn is_supervisor(&self) -> bool {
-        matches!(self.command, Command::Supervise { .. })
+        matches!(self.command, Command::Supervise { .. } | Command::Idle)
     }
 }
 
@@ -322,6 +326,9 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Demo => crate::demo::run().await,
         Command::Bench(args) => crate::bench::run(args).await,
+        Command::Idle => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
         Command::Supervise { connect } => sandboxd::sandbox::supervise::supervise(connect)
             .await
             .map(|()| ExitCode::SUCCESS)
@@ -475,6 +482,7 @@ async fn client(
         | Command::Image(_)
         | Command::Demo
         | Command::Bench(_)
+        | Command::Idle
         | Command::Supervise { .. } => unreachable_serve(),
         Command::Run {
             cwd,

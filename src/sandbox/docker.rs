@@ -310,7 +310,11 @@ impl Runtime for DockerRuntime {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            cmd: Some(vec!["sleep".into(), "infinity".into()]),
+            // With the supervisor mounted, the image needs nothing but `sh`.
+            cmd: Some(match spec.supervisor {
+                Some(_) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
+                None => vec!["sleep".into(), "infinity".into()],
+            }),
             user: Some(spec.user.clone()),
             working_dir: Some("/workspace".into()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),

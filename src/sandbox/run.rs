@@ -23,8 +23,10 @@ use super::{Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
 
 /// Wait between SIGTERM and SIGKILL.
 pub const TERM_GRACE: Duration = Duration::from_secs(2);
-/// Wait after SIGKILL before killing the container.
-const KILL_GRACE: Duration = Duration::from_secs(1);
+/// Wait after SIGKILL before killing the container. SIGKILL acts at once;
+/// the time is for confirming it through helper execs, which a busy Docker
+/// daemon can make slow.
+const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How often a running exec is checked for exit while its output is open.
 const EXIT_POLL: Duration = Duration::from_millis(200);
 /// Output still accepted after the main process exited.

@@ -1,0 +1,86 @@
+//! The supervisor needs nothing from the image but `/bin/sh`: commands run
+//! in an image holding only a static busybox (no libc, no coreutils).
+
+mod common;
+
+use common::{TestServer, run};
+use sandboxd::pb;
+
+const IMAGE: &str = "sandboxd-test-nolibc:1";
+
+/// Builds the image once from the host's static busybox (Debian's
+/// busybox-static, installed by .ci/run).
+fn nolibc_image() {
+    let present = std::process::Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .output()
+        .unwrap();
+    if present.status.success() {
+        return;
+    }
+    let busybox = std::path::Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "this test needs a static busybox: apt-get install busybox-static"
+    );
+    let root = tempfile::tempdir().unwrap();
+    for dir in ["bin", "tmp", "workspace", "proc", "dev", "sys"] {
+        std::fs::create_dir(root.path().join(dir)).unwrap();
+    }
+    std::fs::copy(busybox, root.path().join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.path().join("bin/sh")).unwrap();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -C {} -c . | docker import - {IMAGE} >/dev/null",
+            root.path().display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success(), "docker import failed");
+}
+
+#[tokio::test]
+async fn the_supervisor_runs_commands_in_an_image_without_libc() {
+    nolibc_image();
+    let srv = TestServer::with_docker().await;
+    let s = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            image: IMAGE.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(s.sandbox_status.is_empty(), "{}", s.sandbox_status);
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "echo hello > made.txt; read x < made.txt; echo \"$x\"; busybox ls /lib 2>&1; busybox tr '\\0' ' ' < /proc/$PPID/cmdline",
+        20_000,
+    )
+    .await;
+    let out = ran.stdout();
+    assert!(out.starts_with("hello\n"), "{out}");
+    assert!(
+        out.contains("No such file or directory"),
+        "the image has no /lib: {out}"
+    );
+    assert!(
+        out.contains("/.sandboxd/sandboxd supervise"),
+        "commands ran under the supervisor: {out}"
+    );
+    // The kill ladder works there too.
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "trap '' TERM; busybox sleep 1000",
+        1000,
+    )
+    .await;
+    assert!(ran.exit.timed_out);
+    assert_eq!(ran.exit.killed_by(), pb::KilledBy::ProcessGroupKill);
+    srv.stop().await;
+}
