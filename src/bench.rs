@@ -31,6 +31,9 @@ pub struct BenchArgs {
     out: PathBuf,
 }
 
+/// Pause before each round-trip sample (see `round_trip`).
+const QUIET: Duration = Duration::from_millis(25);
+
 /// Percentiles of a sample set.
 #[derive(Debug, Clone, Copy)]
 struct Stats {
@@ -183,12 +186,18 @@ async fn round_trip(
     }
     let (mut ours, mut raw, mut cli) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..n {
+        // Every sample, ours and the baselines' alike, starts on a quiet
+        // machine: Docker finishes an exec's bookkeeping after it returns,
+        // and that work would land on whichever sample comes next.
+        tokio::time::sleep(QUIET).await;
         let t = Instant::now();
         run_cmd(client, &session.session_id, "true").await?;
         ours.push(t.elapsed());
+        tokio::time::sleep(QUIET).await;
         let t = Instant::now();
         docker.raw_exec(&container, &["true"]).await?;
         raw.push(t.elapsed());
+        tokio::time::sleep(QUIET).await;
         let t = Instant::now();
         let c = container.clone();
         tokio::task::spawn_blocking(move || docker_cli(&["exec", &c, "true"])).await??;
@@ -547,7 +556,9 @@ fn render(rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "Reproduce with `cargo run --release -- bench`. Baselines run in the same process, alternating \
-         sample by sample with sandboxd's; figures are p50 / p90 / p99 unless stated.\n"
+         sample by sample with sandboxd's (round-trip samples each start after the same 25 ms pause, so \
+         Docker's leftover bookkeeping from one sample does not land on the next); each figure starts with \
+         the warm pool full; figures are p50 / p90 / p99 unless stated.\n"
     );
     let _ = writeln!(
         out,

@@ -61,7 +61,7 @@ pub struct Event {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     /// The event.
-    #[prost(oneof = "event::Kind", tags = "2, 3, 4, 5, 6")]
+    #[prost(oneof = "event::Kind", tags = "2, 4, 5, 6")]
     pub kind: Option<event::Kind>,
 }
 
@@ -73,9 +73,6 @@ pub mod event {
         /// The supervisor is up and reading requests.
         #[prost(bool, tag = "2")]
         Ready(bool),
-        /// The command runs with this pid (its process group).
-        #[prost(uint32, tag = "3")]
-        Started(u32),
         /// Live stdout text, within the cap.
         #[prost(string, tag = "4")]
         Stdout(String),

@@ -150,7 +150,6 @@ async fn run_one(
         }
     };
     let pgid = child.id().unwrap_or(0);
-    send(event::Kind::Started(pgid)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(spawn.timeout_ms);
     let mut out = child.stdout.take().map(Reader::new);
     let mut err = child.stderr.take().map(Reader::new);

@@ -310,7 +310,7 @@ impl Supervised {
                             self.link.cancel(self.id).await;
                         }
                     }
-                    Some(event::Kind::Started(_) | event::Kind::Ready(_)) => {}
+                    Some(event::Kind::Ready(_)) => {}
                     // The supervisor died (or the container with it).
                     None => break None,
                 },
