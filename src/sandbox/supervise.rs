@@ -24,6 +24,8 @@ use super::run::TERM_GRACE;
 
 /// Wait after SIGKILL before asking the service for the hard stop.
 const KILL_GRACE: Duration = Duration::from_secs(1);
+/// How long a spawn refused for lack of pids is retried.
+const SPAWN_RETRY: Duration = Duration::from_secs(3);
 /// Output still read after the command's own process exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 
@@ -137,7 +139,21 @@ async fn run_one(
             cmd.env(k, v);
         }
     }
-    let mut child = match cmd.spawn() {
+    // Right after a fork bomb is killed the pids limit can still be full
+    // until init reaps the dead: fork's EAGAIN is then worth a short wait.
+    let spawn_until = Instant::now() + SPAWN_RETRY;
+    let spawned = loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error())
+                    && Instant::now() < spawn_until =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other,
+        }
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let exit = frames::Exit {
