@@ -138,6 +138,15 @@ async fn new_session(client: &Client) -> Result<pb::Session, AnyError> {
         .into_inner())
 }
 
+/// Closes a session.
+async fn close(client: &Client, session_id: String) -> Result<(), AnyError> {
+    client
+        .clone()
+        .close_session(pb::CloseSessionRequest { session_id })
+        .await?;
+    Ok(())
+}
+
 /// Runs a command over gRPC to its exit event.
 async fn run_cmd(client: &Client, sid: &str, command: &str) -> Result<pb::CommandExit, AnyError> {
     let mut events = client
@@ -227,12 +236,7 @@ async fn round_trip(
         ratio: format!("{:.3}x", o.p50.as_secs_f64() / c.p50.as_secs_f64()),
         target: String::new(),
     });
-    client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: session.session_id,
-        })
-        .await?;
+    close(client, session.session_id).await?;
     Ok(())
 }
 
@@ -250,12 +254,7 @@ async fn session_start(
         let s = new_session(client).await?;
         run_cmd(client, &s.session_id, "true").await?;
         ours.push(t.elapsed());
-        client
-            .clone()
-            .close_session(pb::CloseSessionRequest {
-                session_id: s.session_id,
-            })
-            .await?;
+        close(client, s.session_id).await?;
         // Over an existing directory: no warm container fits, so it starts cold.
         let t = Instant::now();
         let s = client
@@ -268,12 +267,7 @@ async fn session_start(
             .into_inner();
         run_cmd(client, &s.session_id, "true").await?;
         cold.push(t.elapsed());
-        client
-            .clone()
-            .close_session(pb::CloseSessionRequest {
-                session_id: s.session_id,
-            })
-            .await?;
+        close(client, s.session_id).await?;
         let t = Instant::now();
         let image = image.to_string();
         tokio::task::spawn_blocking(move || {
@@ -385,12 +379,7 @@ async fn edits(client: &Client, n: usize, rows: &mut Vec<Row>) -> Result<(), Any
             "linear in size (10 MB per-MB cost <= 1.5x 1 MB's)",
         ),
     });
-    client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: session.session_id,
-        })
-        .await?;
+    close(client, session.session_id).await?;
     Ok(())
 }
 
@@ -442,12 +431,7 @@ async fn flood(client: &Client, bytes: u64, rows: &mut Vec<Row>) -> Result<(), A
         ratio: String::new(),
         target: verdict(growth <= 16, "<= 16 MiB"),
     });
-    client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: session.session_id,
-        })
-        .await?;
+    close(client, session.session_id).await?;
     Ok(())
 }
 
@@ -489,10 +473,7 @@ async fn concurrency<F: std::future::Future<Output = ()>>(
     }
     let wall = t.elapsed();
     for sid in sessions {
-        client
-            .clone()
-            .close_session(pb::CloseSessionRequest { session_id: sid })
-            .await?;
+        close(client, sid).await?;
     }
     let s = stats(&all);
     rows.push(Row {
