@@ -36,6 +36,9 @@ pub struct Cli {
     /// Session to act on, for file verbs.
     #[arg(short, long, global = true, env = "SANDBOXD_SESSION")]
     session: Option<String>,
+    /// Bearer token: the one `serve` demands, or the one a client sends.
+    #[arg(long, global = true, env = "SANDBOXD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -215,9 +218,13 @@ enum SessionCommand {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Address to listen on.
+    /// Address to listen on. A non-loopback address requires a token.
     #[arg(long, env = "SANDBOXD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
+    /// File holding the bearer token every call must carry (or set
+    /// SANDBOXD_TOKEN).
+    #[arg(long, env = "SANDBOXD_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Directory for fresh workspaces (default: <tmp>/sandboxd/workspaces).
     #[arg(long, env = "SANDBOXD_WORKSPACE_DIR")]
     workspace_dir: Option<PathBuf>,
@@ -318,7 +325,7 @@ impl Cli {
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
-        Command::Serve(args) => serve(*args).await,
+        Command::Serve(args) => serve(*args, cli.token).await,
         Command::Image(ImageCommand::Build { docker_host }) => build_image(docker_host).await,
         Command::Image(ImageCommand::Name) => {
             println!("{}", sandboxd::sandbox::image::default_image());
@@ -333,7 +340,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
-        command => client(&cli.addr, cli.session, command).await,
+        command => client(&cli.addr, cli.session, cli.token, command).await,
     };
     match result {
         Ok(code) => code,
@@ -346,7 +353,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 type AnyError = Box<dyn std::error::Error + Send + Sync>;
 
-async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
+async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyError> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -400,6 +407,27 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
     let default_image = sandbox.default_image.clone();
     config.sandbox = sandbox;
 
+    let token = match (token, &args.token_file) {
+        (Some(t), _) => Some(t),
+        (None, Some(file)) => Some(
+            std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read the token file {}: {e}", file.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    if token.as_deref().is_some_and(str::is_empty) {
+        return Err("the token is empty".into());
+    }
+    if token.is_none() && !args.listen.ip().is_loopback() {
+        return Err(format!(
+            "refusing to listen on {} without a token: anyone who reaches it could run commands. \
+             Set --token-file or SANDBOXD_TOKEN, or listen on a loopback address.",
+            args.listen
+        )
+        .into());
+    }
     let docker = Arc::new(DockerRuntime::new(args.docker_host));
     let runtime: Arc<dyn Runtime> = docker.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
@@ -424,6 +452,7 @@ async fn serve(args: ServeArgs) -> Result<ExitCode, AnyError> {
         listener,
         registry,
         Duration::from_secs(5),
+        token,
         shutdown_signal(),
     )
     .await?;
@@ -458,18 +487,38 @@ async fn shutdown_signal() {
     }
 }
 
+/// Adds the bearer token, if any, to every call.
+#[derive(Clone)]
+struct TokenHeader(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for TokenHeader {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Client = SandboxClient<tonic::service::interceptor::InterceptedService<Channel, TokenHeader>>;
+
 async fn client(
     addr: &str,
     session: Option<String>,
+    token: Option<String>,
     command: Command,
 ) -> Result<ExitCode, AnyError> {
+    let header = token
+        .map(|t| format!("Bearer {t}").parse())
+        .transpose()
+        .map_err(|_| "the token has characters a header cannot carry")?;
     let channel = Channel::from_shared(addr.to_string())?
         .connect()
         .await
         .map_err(|e| {
             format!("cannot reach sandboxd at {addr}: {e} (start it with `sandboxd serve`)")
         })?;
-    let mut c = SandboxClient::new(channel)
+    let mut c = SandboxClient::with_interceptor(channel, TokenHeader(header))
         .max_decoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES);
     let need_session = || {
@@ -707,7 +756,7 @@ fn unreachable_serve() -> Result<(), tonic::Status> {
 
 /// Streams a command's output live and returns the exit code to exit with.
 async fn run_streaming(
-    c: &mut SandboxClient<Channel>,
+    c: &mut Client,
     req: pb::RunCommandRequest,
 ) -> Result<ExitCode, tonic::Status> {
     use pb::run_command_event::Event;

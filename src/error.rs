@@ -28,6 +28,9 @@ pub enum Error {
     /// From the container engine.
     #[error(transparent)]
     Sandbox(#[from] sandbox::Error),
+    /// The call carried no valid bearer token.
+    #[error("missing or wrong bearer token")]
+    Unauthenticated,
 }
 
 /// Stable machine reasons, as sent in `ErrorInfo.reason`.
@@ -59,6 +62,7 @@ pub mod reason {
     pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
     pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
     pub const IMAGE_NOT_FOUND: &str = "IMAGE_NOT_FOUND";
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
 }
 
 /// Builds a status with an ErrorInfo.
@@ -82,6 +86,14 @@ impl From<Error> for Status {
             Error::Workspace(e) => workspace_status(e),
             Error::Session(e) => session_status(e),
             Error::Sandbox(e) => sandbox_status(e),
+            Error::Unauthenticated => status(
+                Code::Unauthenticated,
+                reason::UNAUTHENTICATED,
+                "The call carried no valid bearer token. Nothing was run or changed. Send the \
+                 `authorization: Bearer <token>` header with the token the operator configured."
+                    .to_string(),
+                &[],
+            ),
         }
     }
 }

@@ -53,6 +53,7 @@ impl Local {
             listener,
             Arc::clone(&registry),
             Duration::from_secs(5),
+            None,
             async {
                 let _ = stopped.await;
             },

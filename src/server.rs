@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::{InterceptedService, Interceptor};
 use tonic::transport::Server;
 
 use crate::pb::{self, sandbox_server::SandboxServer};
@@ -17,6 +18,47 @@ use crate::session::Registry;
 
 /// Largest request or reply message: a 10 MiB file plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Checks the bearer token of a call (constant time); with no token
+/// configured, every call passes.
+#[derive(Clone)]
+struct BearerAuth {
+    expected: Option<Arc<Vec<u8>>>,
+}
+
+impl BearerAuth {
+    fn new(token: Option<String>) -> Self {
+        BearerAuth {
+            expected: token.map(|t| Arc::new(format!("Bearer {t}").into_bytes())),
+        }
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(expected) = &self.expected else {
+            return Ok(req);
+        };
+        let given = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        // Compare every byte whatever the first difference, so timing tells
+        // nothing about the token.
+        let same = given.len() == expected.len()
+            && given
+                .iter()
+                .zip(expected.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same {
+            Ok(req)
+        } else {
+            Err(crate::error::Error::Unauthenticated.into())
+        }
+    }
+}
 
 /// How long open connections may finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -33,10 +75,14 @@ pub enum ServeError {
 }
 
 /// Serves on `listener` until `shutdown` resolves, then closes all sessions.
+///
+/// With `token`, every call to the Sandbox service and to reflection must
+/// carry `authorization: Bearer <token>`; health checks stay open for probes.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     reap_interval: Duration,
+    token: Option<String>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -51,6 +97,9 @@ pub async fn serve(
     let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let auth = BearerAuth::new(token);
+    let sandbox = InterceptedService::new(sandbox, auth.clone());
+    let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth.clone());
 
     let reaper = tokio::spawn({
         let registry = Arc::clone(&registry);
@@ -83,7 +132,7 @@ pub async fn serve(
     });
     let server = Server::builder()
         .add_service(health_service)
-        .add_service(reflection.build_v1()?)
+        .add_service(InterceptedService::new(reflection.build_v1()?, auth))
         .add_service(reflection_v1alpha)
         .add_service(sandbox)
         .serve_with_incoming_shutdown(incoming, shutdown);

@@ -92,7 +92,25 @@ impl TestServer {
         .await
     }
 
+    /// A file-tools server that demands `authorization: Bearer <token>`.
+    pub async fn with_token(token: &str) -> TestServer {
+        Self::build_with(
+            Arc::new(DockerRuntime::new(Some(NO_DOCKER.into()))),
+            |_| {},
+            Some(token.to_string()),
+        )
+        .await
+    }
+
     async fn build(runtime: Arc<dyn Runtime>, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        Self::build_with(runtime, tweak, None).await
+    }
+
+    async fn build_with(
+        runtime: Arc<dyn Runtime>,
+        tweak: impl FnOnce(&mut Config),
+        token: Option<String>,
+    ) -> TestServer {
         let workspaces = tempfile::tempdir().unwrap();
         let allowed_root = tempfile::tempdir().unwrap();
         let mut config = Config::new(workspaces.path().to_path_buf());
@@ -113,6 +131,7 @@ impl TestServer {
                 listener,
                 server_registry,
                 Duration::from_millis(100),
+                token,
                 async {
                     let _ = stopped.await;
                 },
