@@ -175,13 +175,7 @@ struct RemoveOnDrop(String);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let ids = containers_labelled(&self.0);
-        if !ids.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
+        common::remove_containers_labelled(&self.0);
     }
 }
 

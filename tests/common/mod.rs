@@ -205,18 +205,23 @@ pub fn containers_labelled(label: &str) -> Vec<String> {
         .collect()
 }
 
+/// Force-removes every container with `label` (docker CLI).
+pub fn remove_containers_labelled(label: &str) {
+    let ids = containers_labelled(label);
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
+            .output();
+    }
+}
+
 impl Drop for TestServer {
     /// A test that panicked never called `stop`: remove its containers so
     /// no test leaks one.
     fn drop(&mut self) {
         if self.stop.is_some() {
-            let ids = self.containers();
-            if !ids.is_empty() {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f"])
-                    .args(&ids)
-                    .output();
-            }
+            remove_containers_labelled(&format!("sandboxd.service={}", self.service));
         }
     }
 }
