@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::journal::{Outcome, Report};
 use crate::pb;
+use crate::policy::Rules;
 use crate::sandbox::{self, Captured, Event, KilledBy};
 use crate::session::{Closed, CommandRequest, Info, NewSession};
 use crate::workspace::walk::{DirEntry, Kind};
@@ -24,6 +26,15 @@ impl From<pb::CreateSessionRequest> for NewSession {
             image: (!r.image.is_empty()).then_some(r.image),
             limits: r.limits.map(Into::into).unwrap_or_default(),
             env: r.env.into_iter().collect(),
+            rules: {
+                let p = r.policy.unwrap_or_default();
+                Rules {
+                    read_only: r.read_only || p.read_only,
+                    deny_writes: p.deny_writes,
+                    allow_writes: p.allow_writes,
+                    guard_patterns: p.guard_patterns,
+                }
+            },
         }
     }
 }
@@ -41,6 +52,7 @@ impl From<Info> for pb::Session {
             container_id: i.container_id.unwrap_or_default(),
             limits: Some(i.limits.into()),
             sandbox_status: i.sandbox_status.unwrap_or_default(),
+            policy: Some(i.rules.into()),
         }
     }
 }
@@ -55,10 +67,12 @@ impl From<Closed> for pb::CloseSessionResponse {
                 c.id
             )
         };
+        let report = (c.id.clone(), c.report).into();
         pb::CloseSessionResponse {
             session_id: c.id,
             workspace_removed: c.workspace_removed,
             message,
+            report: Some(report),
         }
     }
 }
@@ -264,8 +278,97 @@ impl From<Event> for pb::RunCommandEvent {
                 stdout: Some(r.stdout.into()),
                 stderr: Some(r.stderr.into()),
                 cancelled: r.cancelled,
+                oom_killed: r.oom_killed,
             }),
         };
         pb::RunCommandEvent { event: Some(event) }
+    }
+}
+
+impl From<Rules> for pb::Policy {
+    fn from(r: Rules) -> Self {
+        pb::Policy {
+            read_only: r.read_only,
+            deny_writes: r.deny_writes,
+            allow_writes: r.allow_writes,
+            guard_patterns: r.guard_patterns,
+        }
+    }
+}
+
+impl From<(String, Report)> for pb::SessionReport {
+    fn from((session_id, r): (String, Report)) -> Self {
+        let plan = r.plan.unwrap_or_default();
+        pb::SessionReport {
+            session_id,
+            files_written: r
+                .files_written
+                .into_iter()
+                .map(|w| pb::FileWrite {
+                    seq: w.seq,
+                    tool: w.tool.to_string(),
+                    path: w.path,
+                    sha256_before: w.sha256_before.unwrap_or_default(),
+                    sha256_after: w.sha256_after,
+                })
+                .collect(),
+            commands: r
+                .commands
+                .into_iter()
+                .map(|c| pb::CommandRecord {
+                    seq: c.seq,
+                    command: c.command,
+                    cwd: c.cwd,
+                    exit_code: c.exit_code,
+                    timed_out: c.timed_out,
+                    killed_by: pb::KilledBy::from(c.killed_by).into(),
+                    oom_killed: c.oom_killed,
+                    cancelled: c.cancelled,
+                    duration_ms: c.duration_ms,
+                })
+                .collect(),
+            denied: r
+                .refused
+                .into_iter()
+                .map(|d| pb::RefusedCall {
+                    seq: d.seq,
+                    tool: d.tool.to_string(),
+                    summary: d.summary,
+                    reason: d.reason.to_string(),
+                    message: d.message,
+                })
+                .collect(),
+            touched: r.touched,
+            planned_touched: plan.planned_touched,
+            unplanned: plan.unplanned,
+            untouched: plan.untouched,
+            verification: r.verification.map(|v| pb::Verification {
+                command: v.command,
+                ran: v.ran,
+                ran_after_last_write: v.ran_after_last_write,
+                exit_code: v.exit_code.unwrap_or(-1),
+                passed: v.passed,
+            }),
+            journal: r
+                .entries
+                .into_iter()
+                .map(|e| {
+                    let (outcome, detail) = match e.outcome {
+                        Outcome::Ok { detail } => ("ok".to_string(), detail),
+                        Outcome::Refused { reason, message } => (reason.to_string(), message),
+                    };
+                    pb::JournalEntry {
+                        seq: e.seq,
+                        at_ms: e.at_ms,
+                        tool: e.tool.to_string(),
+                        summary: e.summary,
+                        outcome,
+                        detail,
+                        duration_ms: e.duration_ms,
+                    }
+                })
+                .collect(),
+            journal_dropped: r.dropped,
+        }
     }
 }

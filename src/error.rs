@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::policy::Denial;
 use crate::sandbox;
 use crate::session;
 use crate::workspace::{self, EditError, LineEndings};
@@ -63,38 +64,76 @@ pub mod reason {
     pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
     pub const IMAGE_NOT_FOUND: &str = "IMAGE_NOT_FOUND";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const POLICY_DENIED: &str = "POLICY_DENIED";
+    pub const INVALID_POLICY: &str = "INVALID_POLICY";
 }
 
-/// Builds a status with an ErrorInfo.
-fn status(code: Code, reason: &str, message: String, meta: &[(&str, String)]) -> Status {
-    let metadata: HashMap<String, String> = meta
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    Status::with_error_details(
+/// An error as the caller sees it: status code, stable reason, message for
+/// a model and ErrorInfo metadata. The journal records the same words the
+/// caller got.
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// gRPC status code.
+    pub code: Code,
+    /// Stable machine reason (`ErrorInfo.reason`).
+    pub reason: &'static str,
+    /// Message written for a model.
+    pub message: String,
+    /// `ErrorInfo.metadata`.
+    pub meta: Vec<(&'static str, String)>,
+}
+
+fn status(
+    code: Code,
+    reason: &'static str,
+    message: String,
+    meta: &[(&'static str, String)],
+) -> Described {
+    Described {
         code,
+        reason,
         message,
-        ErrorDetails::with_error_info(reason, DOMAIN, metadata),
-    )
+        meta: meta.to_vec(),
+    }
+}
+
+impl From<Described> for Status {
+    fn from(d: Described) -> Status {
+        let metadata: HashMap<String, String> = d
+            .meta
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        Status::with_error_details(
+            d.code,
+            d.message,
+            ErrorDetails::with_error_info(d.reason, DOMAIN, metadata),
+        )
+    }
 }
 
 const UNCHANGED: &str = "Nothing was changed.";
 
 impl From<Error> for Status {
     fn from(err: Error) -> Status {
-        match err {
-            Error::Workspace(e) => workspace_status(e),
-            Error::Session(e) => session_status(e),
-            Error::Sandbox(e) => sandbox_status(e),
-            Error::Unauthenticated => status(
-                Code::Unauthenticated,
-                reason::UNAUTHENTICATED,
-                "The call carried no valid bearer token. Nothing was run or changed. Send the \
+        describe(&err).into()
+    }
+}
+
+/// The one mapping from a domain error to what the caller is told.
+pub fn describe(err: &Error) -> Described {
+    match err {
+        Error::Workspace(e) => workspace_status(e),
+        Error::Session(e) => session_status(e),
+        Error::Sandbox(e) => sandbox_status(e),
+        Error::Unauthenticated => status(
+            Code::Unauthenticated,
+            reason::UNAUTHENTICATED,
+            "The call carried no valid bearer token. Nothing was run or changed. Send the \
                  `authorization: Bearer <token>` header with the token the operator configured."
-                    .to_string(),
-                &[],
-            ),
-        }
+                .to_string(),
+            &[],
+        ),
     }
 }
 
@@ -110,7 +149,7 @@ impl From<session::Error> for Status {
     }
 }
 
-fn workspace_status(err: workspace::Error) -> Status {
+fn workspace_status(err: &workspace::Error) -> Described {
     use workspace::Error as W;
     match err {
         W::InvalidPath { path, why } => status(
@@ -119,7 +158,7 @@ fn workspace_status(err: workspace::Error) -> Status {
             format!(
                 "The path {path:?} is not usable: {why}. {UNCHANGED} Use a relative path inside the workspace."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::OutsideWorkspace { path } => status(
             Code::PermissionDenied,
@@ -128,7 +167,7 @@ fn workspace_status(err: workspace::Error) -> Status {
                 "The path {path:?} resolves outside the workspace (through \"..\", an absolute path or a symbolic link). \
                  {UNCHANGED} Use a path inside the workspace, relative to its root."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::NotFound { path } => status(
             Code::NotFound,
@@ -136,7 +175,7 @@ fn workspace_status(err: workspace::Error) -> Status {
             format!(
                 "{path} does not exist. {UNCHANGED} Check the path with ListDir or FindFiles; to make a new file use CreateFile."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::NotAFile { path } => status(
             Code::FailedPrecondition,
@@ -144,7 +183,7 @@ fn workspace_status(err: workspace::Error) -> Status {
             format!(
                 "{path} is a directory or special file, not a regular file. {UNCHANGED} Use ListDir to see what it holds."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::NotADirectory { path } => status(
             Code::FailedPrecondition,
@@ -152,7 +191,7 @@ fn workspace_status(err: workspace::Error) -> Status {
             format!(
                 "{path} (or a parent of it) is not a directory. {UNCHANGED} Check the path with ListDir."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::Exists { path } => status(
             Code::AlreadyExists,
@@ -160,7 +199,7 @@ fn workspace_status(err: workspace::Error) -> Status {
             format!(
                 "{path} already exists. {UNCHANGED} To change it, read it with ReadFile and use EditFile."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::TooLarge { path, size, limit } => status(
             Code::FailedPrecondition,
@@ -170,7 +209,7 @@ fn workspace_status(err: workspace::Error) -> Status {
                  Work on it with a command instead (for example sed or a script)."
             ),
             &[
-                ("path", path),
+                ("path", path.clone()),
                 ("size", size.to_string()),
                 ("limit", limit.to_string()),
             ],
@@ -182,7 +221,7 @@ fn workspace_status(err: workspace::Error) -> Status {
                 "{path} is not UTF-8 text (it is binary or uses another encoding). {UNCHANGED} \
                  Inspect or change it with a command instead."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         W::Stale {
             path,
@@ -196,9 +235,9 @@ fn workspace_status(err: workspace::Error) -> Status {
                  Read the file again and redo the edit against its current text."
             ),
             &[
-                ("path", path),
-                ("expected_sha256", expected),
-                ("actual_sha256", actual),
+                ("path", path.clone()),
+                ("expected_sha256", expected.clone()),
+                ("actual_sha256", actual.clone()),
             ],
         ),
         W::LineOutOfRange {
@@ -212,7 +251,7 @@ fn workspace_status(err: workspace::Error) -> Status {
                 "Line {offset} is past the end of {path}, which has {total} lines. Read from an offset between 1 and {total}."
             ),
             &[
-                ("path", path),
+                ("path", path.clone()),
                 ("offset", offset.to_string()),
                 ("total_lines", total.to_string()),
             ],
@@ -221,21 +260,22 @@ fn workspace_status(err: workspace::Error) -> Status {
             Code::InvalidArgument,
             reason::INVALID_PATTERN,
             format!("The pattern {pattern:?} does not parse: {why}. Fix the pattern and retry."),
-            &[("pattern", pattern)],
+            &[("pattern", pattern.clone())],
         ),
         W::Edit { path, source } => edit_status(path, source),
+        W::Denied(denial) => denial_status(denial),
         W::Io { op, path, source } => status(
             Code::Internal,
             reason::IO_ERROR,
             format!(
                 "Could not {op} {path}: {source}. The operation did not complete; the file is as it was before the call."
             ),
-            &[("path", path), ("op", op.to_string())],
+            &[("path", path.clone()), ("op", op.to_string())],
         ),
     }
 }
 
-fn edit_status(path: String, err: EditError) -> Status {
+fn edit_status(path: &str, err: &EditError) -> Described {
     match err {
         EditError::NoEdits => status(
             Code::InvalidArgument,
@@ -243,7 +283,7 @@ fn edit_status(path: String, err: EditError) -> Status {
             format!(
                 "No edits were given for {path}. {UNCHANGED} Pass at least one edit with old_string and new_string."
             ),
-            &[("path", path)],
+            &[("path", path.to_string())],
         ),
         EditError::EmptyOldString { which } => status(
             Code::InvalidArgument,
@@ -252,7 +292,10 @@ fn edit_status(path: String, err: EditError) -> Status {
                 "old_string{which} is empty. {UNCHANGED} Copy the exact text to replace from the file; \
                  to make a new file use CreateFile."
             ),
-            &[("path", path), ("edit_index", which.index.to_string())],
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+            ],
         ),
         EditError::NoChange { which } => status(
             Code::InvalidArgument,
@@ -260,7 +303,10 @@ fn edit_status(path: String, err: EditError) -> Status {
             format!(
                 "old_string and new_string{which} are identical, so the edit would change nothing. {UNCHANGED}"
             ),
-            &[("path", path), ("edit_index", which.index.to_string())],
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+            ],
         ),
         EditError::NotFound { which, endings } => {
             let hint = match endings {
@@ -277,7 +323,10 @@ fn edit_status(path: String, err: EditError) -> Status {
                      read it, or old_string differs in whitespace or indentation.{hint} Read the file again and copy \
                      old_string exactly."
                 ),
-                &[("path", path), ("edit_index", which.index.to_string())],
+                &[
+                    ("path", path.to_string()),
+                    ("edit_index", which.index.to_string()),
+                ],
             )
         }
         EditError::Ambiguous {
@@ -290,7 +339,7 @@ fn edit_status(path: String, err: EditError) -> Status {
                 .map(|l| l.to_string())
                 .collect::<Vec<_>>()
                 .join(", ");
-            let more = if count > lines.len() { ", ..." } else { "" };
+            let more = if *count > lines.len() { ", ..." } else { "" };
             status(
                 Code::FailedPrecondition,
                 reason::OLD_STRING_AMBIGUOUS,
@@ -300,10 +349,10 @@ fn edit_status(path: String, err: EditError) -> Status {
                      every occurrence."
                 ),
                 &[
-                    ("path", path),
+                    ("path", path.to_string()),
                     ("edit_index", which.index.to_string()),
                     ("count", count.to_string()),
-                    ("lines", listed),
+                    ("lines", listed.clone()),
                 ],
             )
         }
@@ -320,13 +369,56 @@ fn edit_status(path: String, err: EditError) -> Status {
                 first + 1,
                 second + 1
             ),
-            &[("path", path), ("line", line.to_string())],
+            &[("path", path.to_string()), ("line", line.to_string())],
         ),
-        EditError::NotText => workspace_status(workspace::Error::NotText { path }),
+        EditError::NotText => workspace_status(&workspace::Error::NotText {
+            path: path.to_string(),
+        }),
     }
 }
 
-fn session_status(err: session::Error) -> Status {
+fn denial_status(denial: &Denial) -> Described {
+    match denial {
+        Denial::ReadOnly { tool } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "This session is read-only, so {tool} is refused. Nothing was changed or run. Reading, \
+                 listing, finding and searching work; changing files or running commands needs a session \
+                 opened without read_only."
+            ),
+            &[
+                ("rule", "read_only".to_string()),
+                ("tool", tool.to_string()),
+            ],
+        ),
+        Denial::DeniedPath { path, glob } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "Writing {path} is denied by the session policy (it matches the deny glob {glob:?}). Nothing \
+                 was changed. Leave it as it is and change other files (for a failing test, fix the code under \
+                 test, not the test)."
+            ),
+            &[
+                ("rule", "deny_writes".to_string()),
+                ("path", path.clone()),
+                ("glob", glob.clone()),
+            ],
+        ),
+        Denial::NotGranted { path } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "Writing {path} is not granted: this session may write only paths matching its allow_writes \
+                 globs. Nothing was changed. Keep your changes within those paths."
+            ),
+            &[("rule", "allow_writes".to_string()), ("path", path.clone())],
+        ),
+    }
+}
+
+fn session_status(err: &session::Error) -> Described {
     use session::Error as S;
     match err {
         S::NotFound { id } => status(
@@ -335,7 +427,7 @@ fn session_status(err: session::Error) -> Status {
             format!(
                 "Session {id:?} does not exist (it was closed, expired, or never created). Create a new session with CreateSession."
             ),
-            &[("session_id", id)],
+            &[("session_id", id.clone())],
         ),
         S::WorkspaceNotAllowed { path, allowed } => {
             let roots = if allowed.is_empty() {
@@ -351,7 +443,7 @@ fn session_status(err: session::Error) -> Status {
                     "{path} is not under an allowed workspace root ({roots}). No session was created. Name an \
                      absolute directory under an allowed root, or omit workspace_path for a fresh workspace."
                 ),
-                &[("path", path)],
+                &[("path", path.clone())],
             )
         }
         S::OpenWorkspace { path, source } => status(
@@ -360,7 +452,7 @@ fn session_status(err: session::Error) -> Status {
             format!(
                 "The workspace directory {path} cannot be opened: {source}. No session was created. Name an existing directory."
             ),
-            &[("path", path)],
+            &[("path", path.clone())],
         ),
         S::TooMany { limit } => status(
             Code::ResourceExhausted,
@@ -400,7 +492,25 @@ fn session_status(err: session::Error) -> Status {
                  that does what you need.",
                 refusal.reason
             ),
-            &[("rule", refusal.reason)],
+            &[("rule", refusal.reason.clone())],
+        ),
+        S::Denied(denial) => denial_status(denial),
+        S::InvalidPolicy(e) => status(
+            Code::InvalidArgument,
+            reason::INVALID_POLICY,
+            format!(
+                "The session policy is invalid: {e}. No session was created. Fix the rule and retry."
+            ),
+            &[],
+        ),
+        S::Journal(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The audit journal cannot be written: {e}. No session was created. Tell the operator \
+                 (serve --journal-dir)."
+            ),
+            &[],
         ),
         S::InvalidArgument { field, why } => status(
             Code::InvalidArgument,
@@ -413,7 +523,7 @@ fn session_status(err: session::Error) -> Status {
     }
 }
 
-fn sandbox_status(err: sandbox::Error) -> Status {
+fn sandbox_status(err: &sandbox::Error) -> Described {
     use sandbox::Error as X;
     match err {
         X::ImageMissing { image, why } => status(
@@ -423,7 +533,7 @@ fn sandbox_status(err: sandbox::Error) -> Status {
                 "Image {image} is not available: {why}. No session was created. Use the default image \
                  (leave image empty) or one the operator has loaded."
             ),
-            &[("image", image)],
+            &[("image", image.clone())],
         ),
         e @ (X::Connect(_)
         | X::BuildImage { .. }

@@ -10,7 +10,9 @@
 
 pub mod convert;
 pub mod error;
+pub mod journal;
 pub mod pb;
+pub mod policy;
 pub mod sandbox;
 pub mod server;
 pub mod service;

@@ -66,7 +66,7 @@ impl Sandbox for SandboxService {
     async fn read_file(&self, req: Request<pb::ReadFileRequest>) -> Reply<pb::ReadFileResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;
-        let out = session.workspace.read(&r.path, r.offset, r.limit).await?;
+        let out = session.read_file(&r.path, r.offset, r.limit).await?;
         Ok(Response::new(out.into()))
     }
 
@@ -76,7 +76,7 @@ impl Sandbox for SandboxService {
     ) -> Reply<pb::CreateFileResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;
-        let out = session.workspace.create(&r.path, r.content).await?;
+        let out = session.create_file(&r.path, r.content).await?;
         Ok(Response::new(out.into()))
     }
 
@@ -85,21 +85,21 @@ impl Sandbox for SandboxService {
         let session = self.registry.get(&r.session_id)?;
         let edits = r.edits.into_iter().map(Into::into).collect();
         let expected = (!r.expected_sha256.is_empty()).then_some(r.expected_sha256);
-        let out = session.workspace.edit(&r.path, edits, expected).await?;
+        let out = session.edit_file(&r.path, edits, expected).await?;
         Ok(Response::new(out.into()))
     }
 
     async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Reply<pb::ListDirResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;
-        let out = session.workspace.list_dir(&r.path).await?;
+        let out = session.list_dir(&r.path).await?;
         Ok(Response::new(out.into()))
     }
 
     async fn find_files(&self, req: Request<pb::FindFilesRequest>) -> Reply<pb::FindFilesResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;
-        let out = session.workspace.find(&r.pattern, &r.path, r.limit).await?;
+        let out = session.find(&r.pattern, &r.path, r.limit).await?;
         Ok(Response::new(out.into()))
     }
 
@@ -109,7 +109,7 @@ impl Sandbox for SandboxService {
     ) -> Reply<pb::SearchFilesResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;
-        let out = session.workspace.search(r.into()).await?;
+        let out = session.search(r.into()).await?;
         Ok(Response::new(out.into()))
     }
 
@@ -121,5 +121,16 @@ impl Sandbox for SandboxService {
         let events = self.registry.run_command(&session_id, r.into()).await?;
         let stream = ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e)));
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_session_report(
+        &self,
+        req: Request<pb::GetSessionReportRequest>,
+    ) -> Reply<pb::SessionReport> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let verify = (!r.verification_command.trim().is_empty()).then_some(r.verification_command);
+        let report = session.report(&r.planned_files, verify.as_deref()).await?;
+        Ok(Response::new((r.session_id, report).into()))
     }
 }

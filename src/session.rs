@@ -12,10 +12,16 @@ use std::time::{Duration, Instant, SystemTime};
 use tempfile::TempDir;
 use tokio::sync::mpsc;
 
+use crate::error::describe;
+use crate::journal::{Journal, Report};
+use crate::policy::{CommandDenied, Denial, InvalidRules, Policy, Rules};
 use crate::sandbox::guard::{Refusal, SlipGuard};
 use crate::sandbox::{self, CommandSpec, ContainerSpec, Event, Runtime, Sandbox, labels};
 use crate::workspace::lock::PathLocks;
-use crate::workspace::{Limits, Workspace};
+use crate::workspace::{
+    CreateOutput, EditOutput, EditSpec, FindOutput, Limits, ListOutput, ReadOutput, SearchOutput,
+    SearchQuery, Workspace,
+};
 
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +70,15 @@ pub enum Error {
     /// The slip guard refused the command.
     #[error("command refused: {}", .0.reason)]
     CommandRefused(Refusal),
+    /// Session policy refuses the call.
+    #[error("refused by policy: {0:?}")]
+    Denied(Denial),
+    /// The requested policy does not compile.
+    #[error(transparent)]
+    InvalidPolicy(#[from] InvalidRules),
+    /// The journal file cannot be opened.
+    #[error("cannot open the journal: {0}")]
+    Journal(io::Error),
     /// A request field is malformed.
     #[error("invalid {field}: {why}")]
     InvalidArgument {
@@ -87,6 +102,10 @@ pub struct Config {
     pub max_ttl: Duration,
     /// Ceiling on open sessions.
     pub max_sessions: usize,
+    /// Deny globs for writes in every session (sessions can add more).
+    pub deny_writes: Vec<String>,
+    /// Directory where each session's journal is appended as JSON lines.
+    pub journal_dir: Option<PathBuf>,
     /// File tool limits.
     pub limits: Limits,
     /// Containers and commands.
@@ -187,6 +206,8 @@ impl Config {
             default_ttl: Duration::from_secs(3600),
             max_ttl: Duration::from_secs(24 * 3600),
             max_sessions: 256,
+            deny_writes: Vec::new(),
+            journal_dir: None,
             limits: Limits::default(),
             sandbox: SandboxConfig::new("sandboxd"),
         }
@@ -206,6 +227,8 @@ pub struct NewSession {
     pub limits: sandbox::Limits,
     /// Environment of every command.
     pub env: BTreeMap<String, String>,
+    /// The session's own policy rules (added to the operator's).
+    pub rules: Rules,
 }
 
 /// What the caller asks of a command.
@@ -234,6 +257,10 @@ pub struct Session {
     pub workspace: Workspace,
     /// The session's container.
     pub sandbox: Sandbox,
+    /// What the session may write and run.
+    pub policy: Arc<Policy>,
+    /// Every call, for audit.
+    pub journal: Journal,
     /// Environment of every command of the session (over the container's).
     env: BTreeMap<String, String>,
     sandbox_status: Mutex<Option<String>>,
@@ -267,6 +294,8 @@ pub struct Info {
     pub limits: sandbox::Limits,
     /// Why commands cannot run now, if they cannot.
     pub sandbox_status: Option<String>,
+    /// The policy rules in force.
+    pub rules: Rules,
 }
 
 /// What closing a session did.
@@ -276,6 +305,16 @@ pub struct Closed {
     pub id: String,
     /// The workspace directory was removed (it belonged to the session).
     pub workspace_removed: bool,
+    /// The session's journal, as it stood at the end.
+    pub report: Report,
+}
+
+fn plural_edits(n: usize) -> String {
+    if n == 1 {
+        "1 edit".to_string()
+    } else {
+        format!("{n} edits")
+    }
 }
 
 impl Session {
@@ -297,7 +336,197 @@ impl Session {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            rules: self.policy.rules().clone(),
         }
+    }
+
+    /// Records the outcome of a call that writes nothing.
+    fn journaled<T>(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        result: Result<T, crate::error::Error>,
+        detail: impl FnOnce(&T) -> String,
+    ) -> Result<T, crate::error::Error> {
+        match &result {
+            Ok(out) => self.journal.ok(tool, summary, started, detail(out)),
+            Err(e) => self.refused(tool, summary, started, e),
+        }
+        result
+    }
+
+    fn refused(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        e: &crate::error::Error,
+    ) {
+        let told = describe(e);
+        self.journal
+            .refused(tool, summary, started, told.reason, told.message);
+    }
+
+    /// ReadFile.
+    pub async fn read_file(
+        &self,
+        path: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<ReadOutput, crate::error::Error> {
+        let started = Instant::now();
+        let result = self.workspace.read(path, offset, limit).await;
+        let summary = format!("{path:?} offset {offset} limit {limit}");
+        self.journaled(
+            "ReadFile",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| o.message.clone(),
+        )
+    }
+
+    /// CreateFile, within the session's policy.
+    pub async fn create_file(
+        &self,
+        path: &str,
+        content: String,
+    ) -> Result<CreateOutput, crate::error::Error> {
+        let started = Instant::now();
+        let summary = format!("{path:?} ({} bytes)", content.len());
+        let result = match self.policy.check_mutation("CreateFile") {
+            Ok(()) => self.workspace.create(path, content, &self.policy).await,
+            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
+        };
+        match result {
+            Ok(out) => {
+                self.journal.wrote(
+                    "CreateFile",
+                    &summary,
+                    started,
+                    out.landed.clone(),
+                    None,
+                    out.sha256.clone(),
+                );
+                Ok(out)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.refused("CreateFile", &summary, started, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// EditFile, within the session's policy.
+    pub async fn edit_file(
+        &self,
+        path: &str,
+        edits: Vec<EditSpec>,
+        expected_sha256: Option<String>,
+    ) -> Result<EditOutput, crate::error::Error> {
+        let started = Instant::now();
+        let summary = format!("{path:?} ({})", plural_edits(edits.len()));
+        let result = match self.policy.check_mutation("EditFile") {
+            Ok(()) => {
+                self.workspace
+                    .edit(path, edits, expected_sha256, &self.policy)
+                    .await
+            }
+            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
+        };
+        match result {
+            Ok(out) => {
+                self.journal.wrote(
+                    "EditFile",
+                    &summary,
+                    started,
+                    out.landed.clone(),
+                    Some(out.sha256_before.clone()),
+                    out.sha256.clone(),
+                );
+                Ok(out)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.refused("EditFile", &summary, started, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// ListDir.
+    pub async fn list_dir(&self, path: &str) -> Result<ListOutput, crate::error::Error> {
+        let started = Instant::now();
+        let result = self.workspace.list_dir(path).await;
+        self.journaled(
+            "ListDir",
+            &format!("{path:?}"),
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} entries", o.entries.len()),
+        )
+    }
+
+    /// FindFiles.
+    pub async fn find(
+        &self,
+        pattern: &str,
+        path: &str,
+        limit: u64,
+    ) -> Result<FindOutput, crate::error::Error> {
+        let started = Instant::now();
+        let result = self.workspace.find(pattern, path, limit).await;
+        let summary = format!("{pattern:?} under {path:?}");
+        self.journaled(
+            "FindFiles",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} paths", o.paths.len()),
+        )
+    }
+
+    /// SearchFiles.
+    pub async fn search(&self, query: SearchQuery) -> Result<SearchOutput, crate::error::Error> {
+        let started = Instant::now();
+        let summary = format!("/{}/ under {:?}", query.pattern, query.path);
+        let result = self.workspace.search(query).await;
+        self.journaled(
+            "SearchFiles",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} matches", o.matches.len()),
+        )
+    }
+
+    /// The journal reconciled against `planned` files (none: no plan) and a
+    /// `verify` command.
+    pub async fn report(
+        &self,
+        planned: &[String],
+        verify: Option<&str>,
+    ) -> Result<Report, crate::error::Error> {
+        let started = Instant::now();
+        let mut normalised = Vec::with_capacity(planned.len());
+        for path in planned {
+            match self.workspace.landing(path).await {
+                Ok(p) => normalised.push(p),
+                Err(e) => {
+                    let e = e.into();
+                    self.refused("GetSessionReport", "planned_files", started, &e);
+                    return Err(e);
+                }
+            }
+        }
+        let plan = (!planned.is_empty()).then_some(normalised.as_slice());
+        let report = self.journal.report(plan, verify);
+        let summary = format!("{} planned files", planned.len());
+        self.journal
+            .ok("GetSessionReport", &summary, started, String::new());
+        Ok(report)
     }
 
     fn set_sandbox_status(&self, status: Option<String>) {
@@ -365,6 +594,14 @@ impl Registry {
         }
         let limits = self.limits(req.limits)?;
         check_env("env", &req.env)?;
+        let policy = Arc::new(
+            Policy::new(
+                &self.config.deny_writes,
+                &self.config.sandbox.guard,
+                req.rules.clone(),
+            )
+            .map_err(Error::InvalidPolicy)?,
+        );
         let ttl = match req.ttl {
             Duration::ZERO => self.config.default_ttl,
             ttl => ttl.min(self.config.max_ttl),
@@ -399,11 +636,26 @@ impl Registry {
         if pooled {
             self.pool.fill(&self.config, &self.runtime, &self.locks);
         }
+        let journal = match Journal::new(&id, self.config.journal_dir.as_deref()) {
+            Ok(journal) => journal,
+            Err(e) => {
+                discard(Prepared {
+                    id,
+                    workspace,
+                    dir,
+                    sandbox,
+                })
+                .await;
+                return Err(Error::Journal(e).into());
+            }
+        };
         let now = SystemTime::now();
         let session = Arc::new(Session {
             id,
             workspace,
             sandbox,
+            policy,
+            journal,
             env: req.env,
             sandbox_status: Mutex::new(None),
             owns_workspace: dir.is_some(),
@@ -441,6 +693,15 @@ impl Registry {
             }
         }
         let info = session.info().await;
+        let summary = format!(
+            "workspace {}, image {}, read_only {}",
+            info.workspace_path.display(),
+            info.image,
+            info.rules.read_only
+        );
+        session
+            .journal
+            .ok("CreateSession", &summary, Instant::now(), String::new());
         tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
         Ok(info)
     }
@@ -514,9 +775,18 @@ impl Registry {
         }
         let workspace_removed = remove_workspace(&session).await;
         tracing::info!(session = %id, workspace_removed, "session closed");
+        let detail = if workspace_removed {
+            "workspace removed"
+        } else {
+            "workspace left in place"
+        };
+        session
+            .journal
+            .ok("CloseSession", "", Instant::now(), detail.to_string());
         Ok(Closed {
             id: id.to_string(),
             workspace_removed,
+            report: session.journal.report(None, None),
         })
     }
 
@@ -529,7 +799,17 @@ impl Registry {
         req: CommandRequest,
     ) -> Result<mpsc::Receiver<Event>, crate::error::Error> {
         let session = self.get(id)?;
-        let spec = self.command_spec(&session, req).await?;
+        let started = Instant::now();
+        let command = req.command.clone();
+        let spec = match self.command_spec(&session, req).await {
+            Ok(spec) => spec,
+            Err(e) => {
+                session.refused("RunCommand", &command, started, &e);
+                return Err(e);
+            }
+        };
+        let cwd = spec.cwd.clone();
+        let seq = session.journal.next_seq();
         let running = match session.sandbox.start(spec).await {
             Ok(running) => {
                 session.set_sandbox_status(None);
@@ -537,13 +817,18 @@ impl Registry {
             }
             Err(e) => {
                 session.set_sandbox_status(Some(e.to_string()));
-                return Err(e.into());
+                let e = e.into();
+                session.refused("RunCommand", &command, started, &e);
+                return Err(e);
             }
         };
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             let container = running.container().to_string();
             let report = running.drive(tx).await;
+            session
+                .journal
+                .command(seq, &command, &cwd, started, &report);
             session.sandbox.finished(&container, &report).await;
         });
         Ok(rx)
@@ -569,9 +854,13 @@ impl Registry {
             }
             .into());
         }
-        cfg.guard
-            .check(&req.command)
-            .map_err(Error::CommandRefused)?;
+        session
+            .policy
+            .check_command(&req.command)
+            .map_err(|denied| match denied {
+                CommandDenied::Policy(denial) => Error::Denied(denial),
+                CommandDenied::Guard(refusal) => Error::CommandRefused(refusal),
+            })?;
         check_env("env", &req.env)?;
         let timeout = match req.timeout {
             Duration::ZERO => cfg.default_timeout,

@@ -395,6 +395,10 @@ impl Runtime for DockerRuntime {
         })
     }
 
+    async fn oom_kills(&self, container: &str) -> Option<u64> {
+        cgroup_oom_kills(container)
+    }
+
     async fn remove_labelled(
         &self,
         label: &str,
@@ -429,4 +433,26 @@ impl Runtime for DockerRuntime {
         }
         Ok(removed)
     }
+}
+
+/// Reads the container's OOM-kill counter from its memory cgroup, wherever
+/// the daemon's cgroup driver and version put it. Only works when the
+/// service shares the daemon's host (the usual case); `None` otherwise.
+/// A sysfs read is a memory copy, so it is done inline.
+fn cgroup_oom_kills(id: &str) -> Option<u64> {
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let candidates = [
+        format!("/sys/fs/cgroup/memory/docker/{id}/memory.oom_control"),
+        format!("/sys/fs/cgroup/memory/system.slice/docker-{id}.scope/memory.oom_control"),
+        format!("/sys/fs/cgroup/docker/{id}/memory.events"),
+        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.events"),
+    ];
+    candidates.iter().find_map(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    })
 }

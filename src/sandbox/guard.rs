@@ -44,27 +44,48 @@ pub struct Refusal {
 #[derive(Debug, Clone)]
 pub struct SlipGuard {
     set: Option<RegexSet>,
+    patterns: Vec<String>,
     reasons: Vec<String>,
 }
 
 impl SlipGuard {
     /// The built-in rules plus `extra` patterns (reason: the pattern itself).
     pub fn new(enabled: bool, extra: &[String]) -> Result<SlipGuard, regex::Error> {
+        let base = SlipGuard {
+            set: None,
+            patterns: Vec::new(),
+            reasons: Vec::new(),
+        };
         if !enabled {
-            return Ok(SlipGuard {
-                set: None,
-                reasons: Vec::new(),
-            });
+            return Ok(base);
         }
-        let mut patterns: Vec<String> = RULES.iter().map(|(_, p)| p.to_string()).collect();
-        let mut reasons: Vec<String> = RULES.iter().map(|(r, _)| r.to_string()).collect();
+        let builtin = SlipGuard {
+            patterns: RULES.iter().map(|(_, p)| p.to_string()).collect(),
+            reasons: RULES.iter().map(|(r, _)| r.to_string()).collect(),
+            ..base
+        };
+        builtin.with_patterns(extra, "operator")
+    }
+
+    /// This guard plus `extra` patterns, named as `whose` in refusals. The
+    /// patterns are added even when the built-in rules are off: a session's
+    /// own patterns always apply.
+    pub fn with_patterns(&self, extra: &[String], whose: &str) -> Result<SlipGuard, regex::Error> {
+        let mut patterns = self.patterns.clone();
+        let mut reasons = self.reasons.clone();
         for p in extra {
             Regex::new(p)?;
             patterns.push(p.clone());
-            reasons.push(format!("matches the operator's pattern {p:?}"));
+            reasons.push(format!("matches the {whose}'s pattern {p:?}"));
         }
+        let set = if patterns.is_empty() {
+            None
+        } else {
+            Some(RegexSet::new(&patterns)?)
+        };
         Ok(SlipGuard {
-            set: Some(RegexSet::new(&patterns)?),
+            set,
+            patterns,
             reasons,
         })
     }
@@ -146,5 +167,26 @@ mod tests {
         let refusal = g.check("npm publish").unwrap_err();
         assert!(refusal.reason.contains("npm"));
         assert!(SlipGuard::new(true, &["(".to_string()]).is_err());
+    }
+
+    #[test]
+    fn session_patterns_apply_even_with_the_rules_off() {
+        let off = SlipGuard::new(false, &[]).unwrap();
+        let g = off
+            .with_patterns(&[r"\bmake\s+deploy\b".to_string()], "session")
+            .unwrap();
+        assert!(
+            g.check("make deploy")
+                .unwrap_err()
+                .reason
+                .contains("session")
+        );
+        assert!(g.check("rm -rf /").is_ok());
+        let on = guard()
+            .with_patterns(&["deploy".to_string()], "session")
+            .unwrap();
+        assert!(on.check("rm -rf /").is_err());
+        assert!(on.check("./deploy.sh").is_err());
+        assert!(on.check("make test").is_ok());
     }
 }

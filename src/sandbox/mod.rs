@@ -168,6 +168,11 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     ) -> Result<(String, OutputStream, InputSink), Error>;
     /// Whether an exec's main process still runs.
     async fn exec_state(&self, exec: &str) -> Result<ExecState, Error>;
+    /// How many processes of the container the kernel's OOM killer has
+    /// ended so far; `None` when the engine cannot tell.
+    async fn oom_kills(&self, _container: &str) -> Option<u64> {
+        None
+    }
     /// Removes every container carrying `label=value` whose `keep_label` is
     /// not `keep_value`; returns how many were removed.
     async fn remove_labelled(
@@ -219,12 +224,30 @@ impl Started {
         }
     }
 
-    /// Drives the command to its end (see the two paths' `drive`).
-    pub async fn drive(self, events: tokio::sync::mpsc::Sender<Event>) -> ExitReport {
+    fn runtime(&self) -> Arc<dyn Runtime> {
         match self {
-            Started::Supervised(s) => s.drive(events).await,
-            Started::Exec(r) => r.drive(events).await,
+            Started::Supervised(s) => Arc::clone(&s.rt),
+            Started::Exec(r) => r.runtime(),
         }
+    }
+
+    /// Drives the command to its end (see the two paths' `drive`) and sends
+    /// the final `Exit` while the receiver listens.
+    pub async fn drive(self, events: tokio::sync::mpsc::Sender<Event>) -> ExitReport {
+        let rt = self.runtime();
+        let container = self.container().to_string();
+        let oom_before = rt.oom_kills(&container).await;
+        let (mut report, client_gone) = match self {
+            Started::Supervised(s) => s.drive(&events).await,
+            Started::Exec(r) => r.drive(&events).await,
+        };
+        if let (Some(before), Some(after)) = (oom_before, rt.oom_kills(&container).await) {
+            report.oom_killed = after > before;
+        }
+        if !client_gone {
+            let _ = events.send(Event::Exit(report.clone())).await;
+        }
+        report
     }
 }
 

@@ -56,7 +56,8 @@ pub struct CommandSpec {
 }
 
 /// Which rung of the ladder stopped the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum KilledBy {
     /// It ended by itself.
     None,
@@ -79,6 +80,9 @@ pub struct ExitReport {
     pub cancelled: bool,
     /// Which rung stopped it.
     pub killed_by: KilledBy,
+    /// The container hit its memory limit while the command ran (the
+    /// kernel's OOM killer ended a process of it).
+    pub oom_killed: bool,
     /// Wall time from start to result.
     pub duration: Duration,
     /// Kept stdout.
@@ -177,10 +181,15 @@ impl Running {
         &self.container
     }
 
-    /// Drives the command to its end, sending `Started`, live chunks and
-    /// `Exit` to `events` while the receiver listens. Always ends with a
-    /// report; a closed receiver counts as cancellation.
-    pub async fn drive(self, events: mpsc::Sender<Event>) -> ExitReport {
+    /// The engine it runs on.
+    pub fn runtime(&self) -> Arc<dyn Runtime> {
+        Arc::clone(&self.rt)
+    }
+
+    /// Drives the command to its end, sending `Started` and live chunks to
+    /// `events` while the receiver listens. Always ends with a report, and
+    /// whether the receiver went away (which counts as cancellation).
+    pub async fn drive(self, events: &mpsc::Sender<Event>) -> (ExitReport, bool) {
         let Running {
             rt,
             container,
@@ -219,8 +228,8 @@ async fn drive(
     output: &mut OutputStream,
     spec: &CommandSpec,
     started: Instant,
-    events: mpsc::Sender<Event>,
-) -> ExitReport {
+    events: &mpsc::Sender<Event>,
+) -> (ExitReport, bool) {
     let deadline = tokio::time::Instant::from_std(started) + spec.timeout;
     let mut stdout = Capture::new(spec.stdout_cap);
     let mut stderr = Capture::new(spec.stderr_cap);
@@ -310,14 +319,12 @@ async fn drive(
         timed_out: matches!(stop, Stop::TimedOut),
         cancelled: matches!(stop, Stop::Cancelled),
         killed_by,
+        oom_killed: false,
         duration: started.elapsed(),
         stdout: stdout.finish(),
         stderr: stderr.finish(),
     };
-    if !client_gone {
-        let _ = events.send(Event::Exit(report.clone())).await;
-    }
-    report
+    (report, client_gone)
 }
 
 /// Feeds a chunk to its capture; returns the live event to forward, if any.

@@ -275,7 +275,7 @@ impl Supervised {
     /// Relays the supervisor's frames as events until the exit. A client
     /// that goes away cancels the command; a supervisor that dies or stays
     /// silent past the ladder's time gets the container killed.
-    pub async fn drive(mut self, events: mpsc::Sender<Event>) -> ExitReport {
+    pub async fn drive(mut self, events: &mpsc::Sender<Event>) -> (ExitReport, bool) {
         let mut client_gone = events
             .send(Event::Started {
                 container_id: self.container.clone(),
@@ -343,6 +343,7 @@ impl Supervised {
                     timed_out: exit.timed_out,
                     cancelled,
                     killed_by,
+                    oom_killed: false,
                     duration: self.started.elapsed(),
                     stdout: exit.stdout.unwrap_or_default().into(),
                     stderr,
@@ -355,16 +356,14 @@ impl Supervised {
                     timed_out: self.started.elapsed() >= self.spec.timeout,
                     cancelled,
                     killed_by: KilledBy::Container,
+                    oom_killed: false,
                     duration: self.started.elapsed(),
                     stdout: Default::default(),
                     stderr: Default::default(),
                 }
             }
         };
-        if !client_gone {
-            let _ = events.send(Event::Exit(report.clone())).await;
-        }
-        report
+        (report, client_gone)
     }
 
     async fn kill_container(&self) {

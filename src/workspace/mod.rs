@@ -24,6 +24,8 @@ pub use edit::{EditError, EditSpec, LineEndings};
 use lock::PathLocks;
 use path::{RelPath, Root};
 use walk::{DirEntry, Flow};
+
+use crate::policy::Policy;
 use write::Target;
 
 /// Why a file tool refused or failed. Every refusal leaves files unchanged.
@@ -119,6 +121,9 @@ pub enum Error {
         /// Engine refusal.
         source: EditError,
     },
+    /// Session policy refuses the write.
+    #[error("write refused by policy: {0:?}")]
+    Denied(crate::policy::Denial),
     /// An unexpected I/O failure.
     #[error("{op} {path}: {source}")]
     Io {
@@ -217,6 +222,8 @@ pub struct ReadOutput {
 pub struct CreateOutput {
     /// Workspace-relative path.
     pub path: String,
+    /// Where the write landed: the real workspace-relative path.
+    pub landed: String,
     /// Hex sha256 of the new file.
     pub sha256: String,
     /// Lines in the new file.
@@ -230,6 +237,10 @@ pub struct CreateOutput {
 pub struct EditOutput {
     /// Workspace-relative path.
     pub path: String,
+    /// Where the write landed: the real workspace-relative path.
+    pub landed: String,
+    /// Hex sha256 of the file before the edit.
+    pub sha256_before: String,
     /// Sites replaced.
     pub replacements: u64,
     /// 1-based line of the first change.
@@ -363,6 +374,21 @@ impl Workspace {
         .await
     }
 
+    /// Where `path` lands (or would land): its real workspace-relative path,
+    /// symlinks inside the workspace resolved, for paths that may not exist.
+    pub async fn landing(&self, path: &str) -> Result<String, Error> {
+        let inner = Arc::clone(&self.inner);
+        let rel = inner.root.rel(path)?;
+        blocking(move || {
+            inner
+                .root
+                .landing(&rel)
+                .map(|p| p.as_str().to_string())
+                .map_err(|e| Error::from_io("resolve", &rel, e))
+        })
+        .await
+    }
+
     /// Canonical host path of the workspace.
     pub fn host_path(&self) -> &Path {
         self.inner.root.host()
@@ -375,8 +401,14 @@ impl Workspace {
         blocking(move || inner.read(&path, offset, limit)).await
     }
 
-    /// Creates a new file with `content`, and missing parent directories.
-    pub async fn create(&self, path: &str, content: String) -> Result<CreateOutput, Error> {
+    /// Creates a new file with `content`, and missing parent directories,
+    /// if `policy` allows a write where it would land.
+    pub async fn create(
+        &self,
+        path: &str,
+        content: String,
+        policy: &Arc<Policy>,
+    ) -> Result<CreateOutput, Error> {
         let inner = Arc::clone(&self.inner);
         let rel = inner.root.rel(path)?;
         let Some((parent, name)) = rel.split_last() else {
@@ -395,8 +427,18 @@ impl Workspace {
         }
         let real_parent = {
             let inner = Arc::clone(&inner);
-            let parent = parent.clone();
+            let (parent, rel) = (parent.clone(), rel.clone());
+            let policy = Arc::clone(policy);
             blocking(move || {
+                // Decided before any directory is made, so a refused create
+                // leaves nothing behind; decided again under the lock.
+                let landing = inner
+                    .root
+                    .landing(&rel)
+                    .map_err(|e| Error::from_io("resolve", &rel, e))?;
+                policy
+                    .check_write("CreateFile", landing.as_str())
+                    .map_err(Error::Denied)?;
                 inner
                     .root
                     .create_dirs(&parent, inner.new_owner)
@@ -406,15 +448,21 @@ impl Workspace {
             .await?
         };
         let _guard = inner.locks.lock(inner.key(&real_parent.join(&name))).await;
-        blocking(move || inner.create_locked(&rel, &real_parent, &name, content.as_bytes())).await
+        let policy = Arc::clone(policy);
+        blocking(move || {
+            inner.create_locked(&rel, &real_parent, &name, content.as_bytes(), &policy)
+        })
+        .await
     }
 
-    /// Applies `edits` to the file at `path`, all or nothing.
+    /// Applies `edits` to the file at `path`, all or nothing, if `policy`
+    /// allows a write where it lands.
     pub async fn edit(
         &self,
         path: &str,
         edits: Vec<EditSpec>,
         expected_sha256: Option<String>,
+        policy: &Arc<Policy>,
     ) -> Result<EditOutput, Error> {
         let inner = Arc::clone(&self.inner);
         let rel = inner.root.rel(path)?;
@@ -434,7 +482,11 @@ impl Workspace {
             .await?
         };
         let _guard = inner.locks.lock(inner.key(&real)).await;
-        blocking(move || inner.edit_locked(&rel, &real, &edits, expected_sha256.as_deref())).await
+        let policy = Arc::clone(policy);
+        blocking(move || {
+            inner.edit_locked(&rel, &real, &edits, expected_sha256.as_deref(), &policy)
+        })
+        .await
     }
 
     /// Lists one directory.
@@ -615,16 +667,26 @@ impl Inner {
         real_parent: &RelPath,
         name: &str,
         bytes: &[u8],
+        policy: &Policy,
     ) -> Result<CreateOutput, Error> {
         let dir = self
             .root
             .open(real_parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| Error::from_io("open directory", real_parent, e))?;
+        let landed = self
+            .root
+            .real_of(&dir)
+            .map_err(|e| Error::from_io("resolve", real_parent, e))?
+            .join(name);
+        policy
+            .check_write("CreateFile", landed.as_str())
+            .map_err(Error::Denied)?;
         write::write_atomic(&dir, name, bytes, Target::CreateNew(self.new_owner))
             .map_err(|e| Error::from_io("create", rel, e))?;
         let total_lines = std::str::from_utf8(bytes).map_or(0, edit::count_lines) as u64;
         Ok(CreateOutput {
             path: rel.to_string(),
+            landed: landed.as_str().to_string(),
             sha256: sha256_hex(bytes),
             total_lines,
             message: format!(
@@ -641,6 +703,7 @@ impl Inner {
         real: &RelPath,
         edits: &[EditSpec],
         expected: Option<&str>,
+        policy: &Policy,
     ) -> Result<EditOutput, Error> {
         let (parent, name) = real.split_last().ok_or_else(|| Error::NotAFile {
             path: rel.to_string(),
@@ -649,18 +712,27 @@ impl Inner {
             .root
             .open(&parent, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| Error::from_io("open directory", &parent, e))?;
+        // The directory fd's own path: where the write will really land.
+        let landed = self
+            .root
+            .real_of(&dir)
+            .map_err(|e| Error::from_io("resolve", &parent, e))?
+            .join(name);
+        policy
+            .check_write("EditFile", landed.as_str())
+            .map_err(Error::Denied)?;
         let fd = walk::open_child_file(&dir, name);
         let (bytes, st) = self.read_regular(rel, fd)?;
-        // Hashing costs ~0.7 ms per MB: only when the caller asks to check.
-        if let Some(expected) = expected {
-            let actual = sha256_hex(&bytes);
-            if !expected.eq_ignore_ascii_case(&actual) {
-                return Err(Error::Stale {
-                    path: rel.to_string(),
-                    expected: expected.to_string(),
-                    actual,
-                });
-            }
+        // The journal records it; ~0.7 ms per MB.
+        let before = sha256_hex(&bytes);
+        if let Some(expected) = expected
+            && !expected.eq_ignore_ascii_case(&before)
+        {
+            return Err(Error::Stale {
+                path: rel.to_string(),
+                expected: expected.to_string(),
+                actual: before,
+            });
         }
         let applied = edit::apply(&bytes, edits, rel.as_str()).map_err(|source| match source {
             EditError::NotText => Error::NotText {
@@ -689,6 +761,8 @@ impl Inner {
         );
         Ok(EditOutput {
             path: rel.to_string(),
+            landed: landed.as_str().to_string(),
+            sha256_before: before,
             replacements,
             first_changed_line: applied.first_changed_line as u64,
             line_delta: applied.line_delta,

@@ -190,7 +190,33 @@ impl Root {
     /// spellings of one file share a queue.
     pub fn real(&self, rel: &RelPath) -> io::Result<RelPath> {
         let fd = self.open(rel, OFlags::PATH, Mode::empty())?;
-        let real = fd_path(&fd)?;
+        self.real_of(&fd)
+    }
+
+    /// Where a path that may not exist yet would land: the real path of its
+    /// deepest existing ancestor, joined with the components below it.
+    pub fn landing(&self, rel: &RelPath) -> io::Result<RelPath> {
+        let parts: Vec<&str> = rel.0.split('/').filter(|c| !c.is_empty()).collect();
+        for existing in (0..=parts.len()).rev() {
+            match self.real(&RelPath(parts[..existing].join("/"))) {
+                Ok(real) => {
+                    return Ok(parts[existing..]
+                        .iter()
+                        .fold(real, |path, name| path.join(name)));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the workspace root is gone",
+        ))
+    }
+
+    /// The real workspace-relative path of an fd opened beneath the root.
+    pub fn real_of(&self, fd: &OwnedFd) -> io::Result<RelPath> {
+        let real = fd_path(fd)?;
         let inner = real.strip_prefix(&self.host).map_err(|_| {
             // Only possible if the root itself moved on the host.
             io::Error::new(io::ErrorKind::NotFound, "path left the workspace root")
