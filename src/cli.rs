@@ -25,7 +25,8 @@ pub const EXIT_FAILURE: u8 = 1;
 #[derive(Debug, Parser)]
 #[command(name = "sandboxd", version, about)]
 pub struct Cli {
-    /// Address of the service, for client verbs.
+    /// Address of the service, for client verbs: http://HOST:PORT,
+    /// https://HOST:PORT (with --ca-cert) or unix:/PATH.
     #[arg(
         long,
         global = true,
@@ -33,6 +34,10 @@ pub struct Cli {
         default_value = "http://127.0.0.1:50051"
     )]
     addr: String,
+    /// CA certificate (PEM) that signed the service's TLS certificate, for
+    /// https:// addresses.
+    #[arg(long, global = true, env = "SANDBOXD_CA_CERT")]
+    ca_cert: Option<PathBuf>,
     /// Session to act on, for file verbs.
     #[arg(short, long, global = true, env = "SANDBOXD_SESSION")]
     session: Option<String>,
@@ -148,6 +153,20 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         limit: u64,
     },
+    /// Show the session's audit journal: files written, commands run,
+    /// refused calls, and how they compare with a plan.
+    Report {
+        /// A file you planned to change (repeatable).
+        #[arg(long = "planned")]
+        planned: Vec<String>,
+        /// A command whose run after the last write verifies the change
+        /// (matched as a substring, e.g. "pytest").
+        #[arg(long)]
+        verify: Option<String>,
+        /// Also print every journal entry.
+        #[arg(long)]
+        journal: bool,
+    },
     /// Search file contents with a regular expression.
     Grep {
         /// Regular expression.
@@ -179,6 +198,26 @@ enum ImageCommand {
     Name,
 }
 
+/// Where `serve` listens.
+#[derive(Debug, Clone)]
+enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+fn parse_listen(s: &str) -> Result<ListenAddr, String> {
+    match s.strip_prefix("unix:") {
+        Some(path) if path.starts_with('/') => Ok(ListenAddr::Unix(PathBuf::from(path))),
+        Some(_) => Err(format!(
+            "{s:?}: a Unix socket needs an absolute path (unix:/PATH)"
+        )),
+        None => s
+            .parse()
+            .map(ListenAddr::Tcp)
+            .map_err(|e| format!("{s:?} is not HOST:PORT or unix:/PATH: {e}")),
+    }
+}
+
 fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -201,6 +240,20 @@ enum SessionCommand {
         /// Image (default: the service's default image).
         #[arg(long, default_value = "")]
         image: String,
+        /// Reading, listing and searching only: no writes, no commands.
+        #[arg(long)]
+        read_only: bool,
+        /// Glob of paths the file tools must not write, e.g. "tests/**"
+        /// (repeatable).
+        #[arg(long = "deny-write")]
+        deny_writes: Vec<String>,
+        /// Allow writes only to paths matching these globs (repeatable); a
+        /// deny always wins.
+        #[arg(long = "allow-write")]
+        allow_writes: Vec<String>,
+        /// Extra regular expression the slip guard refuses (repeatable).
+        #[arg(long = "guard-pattern")]
+        guard_patterns: Vec<String>,
     },
     /// Show a session (default: --session).
     Get {
@@ -218,13 +271,33 @@ enum SessionCommand {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Address to listen on. A non-loopback address requires a token.
-    #[arg(long, env = "SANDBOXD_LISTEN", default_value = "127.0.0.1:50051")]
-    listen: SocketAddr,
+    /// Address to listen on: HOST:PORT, or unix:/PATH for a Unix socket
+    /// (mode 0600: only this user may connect). A non-loopback TCP address
+    /// requires a token.
+    #[arg(long, env = "SANDBOXD_LISTEN", default_value = "127.0.0.1:50051", value_parser = parse_listen)]
+    listen: ListenAddr,
     /// File holding the bearer token every call must carry (or set
     /// SANDBOXD_TOKEN).
     #[arg(long, env = "SANDBOXD_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM); serves TLS together with --tls-key.
+    #[arg(long, env = "SANDBOXD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, env = "SANDBOXD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Glob of workspace paths no session may write through the file tools,
+    /// e.g. "tests/**" (repeatable, or comma-separated in the environment).
+    #[arg(
+        long = "deny-write",
+        env = "SANDBOXD_DENY_WRITES",
+        value_delimiter = ','
+    )]
+    deny_writes: Vec<String>,
+    /// Directory where each session's journal is appended as JSON lines
+    /// (<dir>/<session id>.jsonl), for external audit.
+    #[arg(long, env = "SANDBOXD_JOURNAL_DIR")]
+    journal_dir: Option<PathBuf>,
     /// Directory for fresh workspaces (default: <tmp>/sandboxd/workspaces).
     #[arg(long, env = "SANDBOXD_WORKSPACE_DIR")]
     workspace_dir: Option<PathBuf>,
@@ -340,7 +413,16 @@ pub async fn run(cli: Cli) -> ExitCode {
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
-        command => client(&cli.addr, cli.session, cli.token, command).await,
+        command => {
+            client(
+                &cli.addr,
+                cli.ca_cert.as_deref(),
+                cli.session,
+                cli.token,
+                command,
+            )
+            .await
+        }
     };
     match result {
         Ok(code) => code,
@@ -372,6 +454,8 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
     config.default_ttl = Duration::from_secs(args.default_ttl);
     config.max_ttl = Duration::from_secs(args.max_ttl);
     config.max_sessions = args.max_sessions;
+    config.deny_writes = args.deny_writes;
+    config.journal_dir = args.journal_dir;
     config.limits.max_file_bytes = args.max_file_bytes;
     let mut sandbox = SandboxConfig::new(&args.service_name);
     if let Some(image) = args.image {
@@ -420,19 +504,42 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
     if token.as_deref().is_some_and(str::is_empty) {
         return Err("the token is empty".into());
     }
-    if token.is_none() && !args.listen.ip().is_loopback() {
+    if let ListenAddr::Tcp(addr) = &args.listen
+        && token.is_none()
+        && !addr.ip().is_loopback()
+    {
         return Err(format!(
-            "refusing to listen on {} without a token: anyone who reaches it could run commands. \
-             Set --token-file or SANDBOXD_TOKEN, or listen on a loopback address.",
-            args.listen
+            "refusing to listen on {addr} without a token: anyone who reaches it could run commands. \
+             Set --token-file or SANDBOXD_TOKEN, or listen on a loopback address or a Unix socket."
         )
         .into());
+    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let read = |path: &PathBuf| {
+                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+            };
+            Some(sandboxd::server::TlsIdentity {
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+            })
+        }
+        _ => None,
+    };
+    if let ListenAddr::Tcp(addr) = &args.listen
+        && tls.is_none()
+        && !addr.ip().is_loopback()
+    {
+        tracing::warn!(%addr, "serving without TLS on a non-loopback address: the token travels in clear text");
     }
     let docker = Arc::new(DockerRuntime::new(args.docker_host));
     let runtime: Arc<dyn Runtime> = docker.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
     // Bind first so a taken port fails fast, before any slow image build.
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let (listener, socket_file): (sandboxd::server::Listener, _) = match &args.listen {
+        ListenAddr::Tcp(addr) => (tokio::net::TcpListener::bind(addr).await?.into(), None),
+        ListenAddr::Unix(path) => (bind_unix(path)?.into(), Some(path.clone())),
+    };
     match docker.ping().await {
         Ok(()) => {
             match registry.sweep_leaked().await {
@@ -447,17 +554,52 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
             tracing::warn!(error = %e, "Docker is unreachable: file tools work, commands fail with SANDBOX_UNAVAILABLE")
         }
     }
-    tracing::info!(addr = %listener.local_addr()?, "sandboxd listening");
-    sandboxd::server::serve(
+    match &listener {
+        sandboxd::server::Listener::Tcp(l) => {
+            tracing::info!(addr = %l.local_addr()?, tls = tls.is_some(), "sandboxd listening")
+        }
+        sandboxd::server::Listener::Unix(_) => {
+            tracing::info!(socket = ?socket_file, "sandboxd listening")
+        }
+    }
+    let access = sandboxd::server::Access { token, tls };
+    let served = sandboxd::server::serve(
         listener,
         registry,
         Duration::from_secs(5),
-        token,
+        access,
         shutdown_signal(),
     )
-    .await?;
+    .await;
+    if let Some(path) = socket_file {
+        let _ = std::fs::remove_file(path);
+    }
+    served?;
     tracing::info!("sandboxd stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Binds a Unix socket only this user can connect to. A stale socket left
+/// by a dead instance is replaced; any other file at the path is not.
+fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, AnyError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket", path.display()).into());
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!("{} is in use by a running service", path.display()).into());
+        }
+        std::fs::remove_file(path)?;
+    }
+    // Made 0600 before bind through the umask, so no other user can connect
+    // in between.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = tokio::net::UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound.map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }
 
 async fn build_image(docker_host: Option<String>) -> Result<ExitCode, AnyError> {
@@ -502,8 +644,47 @@ impl tonic::service::Interceptor for TokenHeader {
 
 type Client = SandboxClient<tonic::service::interceptor::InterceptedService<Channel, TokenHeader>>;
 
+/// Connects to `addr`: http://, https:// (trusting `ca_cert`, or the
+/// system's roots when none is given) or unix:/PATH.
+pub async fn connect(addr: &str, ca_cert: Option<&std::path::Path>) -> Result<Channel, AnyError> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let unreachable = |e: tonic::transport::Error| {
+        format!("cannot reach sandboxd at {addr}: {e:?} (start it with `sandboxd serve`)")
+    };
+    if let Some(path) = addr.strip_prefix("unix:") {
+        let path = PathBuf::from(path.trim_start_matches("//"));
+        // The URI is required by the API and unused by the connector.
+        let channel = Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(unreachable)?;
+        return Ok(channel);
+    }
+    let mut endpoint = Endpoint::from_shared(addr.to_string())?;
+    if addr.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new();
+        match ca_cert {
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                tls = tls.ca_certificate(Certificate::from_pem(pem));
+            }
+            None => return Err("an https:// address needs --ca-cert (or SANDBOXD_CA_CERT)".into()),
+        }
+        endpoint = endpoint.tls_config(tls)?;
+    }
+    Ok(endpoint.connect().await.map_err(unreachable)?)
+}
+
 async fn client(
     addr: &str,
+    ca_cert: Option<&std::path::Path>,
     session: Option<String>,
     token: Option<String>,
     command: Command,
@@ -512,12 +693,7 @@ async fn client(
         .map(|t| format!("Bearer {t}").parse())
         .transpose()
         .map_err(|_| "the token has characters a header cannot carry")?;
-    let channel = Channel::from_shared(addr.to_string())?
-        .connect()
-        .await
-        .map_err(|e| {
-            format!("cannot reach sandboxd at {addr}: {e} (start it with `sandboxd serve`)")
-        })?;
+    let channel = connect(addr, ca_cert).await?;
     let mut c = SandboxClient::with_interceptor(channel, TokenHeader(header))
         .max_decoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES);
@@ -559,11 +735,21 @@ async fn client(
             ttl,
             quiet,
             image,
+            read_only,
+            deny_writes,
+            allow_writes,
+            guard_patterns,
         }) => c
             .create_session(pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
                 image,
+                policy: Some(pb::Policy {
+                    read_only,
+                    deny_writes,
+                    allow_writes,
+                    guard_patterns,
+                }),
                 ..Default::default()
             })
             .await
@@ -712,6 +898,18 @@ async fn client(
                     println!("... (more matches)");
                 }
             }),
+        Command::Report {
+            planned,
+            verify,
+            journal,
+        } => c
+            .get_session_report(pb::GetSessionReportRequest {
+                session_id: need_session()?,
+                planned_files: planned,
+                verification_command: verify.unwrap_or_default(),
+            })
+            .await
+            .map(|r| print_report(&r.into_inner(), journal)),
         Command::Grep {
             pattern,
             path,
@@ -811,10 +1009,87 @@ pub fn exit_summary(exit: &pb::CommandExit) -> String {
         pb::KilledBy::Container => ", stopped by killing its container".into(),
     };
     let timed_out = if exit.timed_out { "timed out, " } else { "" };
+    let oom = if exit.oom_killed {
+        ", out of memory: the kernel killed a process at the container's memory limit"
+    } else {
+        ""
+    };
     format!(
-        "[{timed_out}exit {} in {} ms{how}]",
+        "[{timed_out}exit {} in {} ms{how}{oom}]",
         exit.exit_code, exit.duration_ms
     )
+}
+
+fn print_report(r: &pb::SessionReport, journal: bool) {
+    println!("files written ({}):", r.files_written.len());
+    for w in &r.files_written {
+        let before = if w.sha256_before.is_empty() {
+            "new".to_string()
+        } else {
+            w.sha256_before[..12.min(w.sha256_before.len())].to_string()
+        };
+        println!(
+            "  #{:<4} {:<10} {}  {} -> {}",
+            w.seq,
+            w.tool,
+            w.path,
+            before,
+            &w.sha256_after[..12.min(w.sha256_after.len())]
+        );
+    }
+    println!("commands ({}):", r.commands.len());
+    for c in &r.commands {
+        let mut how = format!("exit {}", c.exit_code);
+        if c.timed_out {
+            how.push_str(", timed out");
+        }
+        if c.oom_killed {
+            how.push_str(", out of memory");
+        }
+        if c.cancelled {
+            how.push_str(", cancelled");
+        }
+        println!("  #{:<4} {}  [{how}]", c.seq, c.command);
+    }
+    println!("refused ({}):", r.denied.len());
+    for d in &r.denied {
+        println!(
+            "  #{:<4} {:<10} {} [{}]",
+            d.seq, d.tool, d.summary, d.reason
+        );
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    if !r.planned_touched.is_empty() || !r.unplanned.is_empty() || !r.untouched.is_empty() {
+        println!("planned and touched: {}", list(&r.planned_touched));
+        println!("touched, not planned: {}", list(&r.unplanned));
+        println!("planned, untouched:  {}", list(&r.untouched));
+    }
+    if let Some(v) = &r.verification {
+        let verdict = match (v.ran, v.ran_after_last_write, v.passed) {
+            (false, _, _) => "never ran".to_string(),
+            (true, false, _) => "did not run after the last write".to_string(),
+            (true, true, true) => "ran after the last write and passed".to_string(),
+            (true, true, false) => {
+                format!("ran after the last write and failed (exit {})", v.exit_code)
+            }
+        };
+        println!("verification {:?}: {verdict}", v.command);
+    }
+    if journal {
+        println!("journal ({} dropped):", r.journal_dropped);
+        for e in &r.journal {
+            println!(
+                "  #{:<4} {:<16} {:<10} {} ms  {}  {}",
+                e.seq, e.tool, e.outcome, e.duration_ms, e.summary, e.detail
+            );
+        }
+    }
 }
 
 fn print_session(s: &pb::Session) {
@@ -829,6 +1104,24 @@ fn print_session(s: &pb::Session) {
         }
     );
     println!("ttl       {}s idle", s.ttl_seconds);
+    if let Some(p) = &s.policy {
+        let mut rules = Vec::new();
+        if p.read_only {
+            rules.push("read-only".to_string());
+        }
+        if !p.deny_writes.is_empty() {
+            rules.push(format!("deny writes {}", p.deny_writes.join(", ")));
+        }
+        if !p.allow_writes.is_empty() {
+            rules.push(format!("allow writes {}", p.allow_writes.join(", ")));
+        }
+        if !p.guard_patterns.is_empty() {
+            rules.push(format!("guard {}", p.guard_patterns.join(", ")));
+        }
+        if !rules.is_empty() {
+            println!("policy    {}", rules.join("; "));
+        }
+    }
     println!("image     {}", s.image);
     match (s.container_id.as_str(), s.sandbox_status.as_str()) {
         (_, status) if !status.is_empty() => println!("sandbox   unavailable: {status}"),

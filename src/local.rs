@@ -53,7 +53,7 @@ impl Local {
             listener,
             Arc::clone(&registry),
             Duration::from_secs(5),
-            None,
+            sandboxd::server::Access::default(),
             async {
                 let _ = stopped.await;
             },

@@ -1,16 +1,18 @@
 //! Assembles and runs the gRPC server: the Sandbox service, the standard
 //! health service, reflection (v1 and v1alpha, for grpcurl), and the idle
-//! session reaper. On shutdown every session is closed.
+//! session reaper, over TCP (optionally TLS) or a Unix socket. On shutdown
+//! every session is closed.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::service::interceptor::{InterceptedService, Interceptor};
-use tonic::transport::Server;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::pb::{self, sandbox_server::SandboxServer};
 use crate::service::SandboxService;
@@ -60,6 +62,55 @@ impl Interceptor for BearerAuth {
     }
 }
 
+/// Where the service accepts connections.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP (optionally with TLS).
+    Tcp(TcpListener),
+    /// A Unix domain socket: the file's permissions decide who may connect.
+    Unix(UnixListener),
+}
+
+impl From<TcpListener> for Listener {
+    fn from(l: TcpListener) -> Self {
+        Listener::Tcp(l)
+    }
+}
+
+impl From<UnixListener> for Listener {
+    fn from(l: UnixListener) -> Self {
+        Listener::Unix(l)
+    }
+}
+
+/// Who may call: a bearer token every call must carry, and a TLS identity
+/// (PEM certificate chain and key) the server presents.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Demanded on every Sandbox and reflection call; health stays open.
+    pub token: Option<String>,
+    /// Serve TLS with this identity.
+    pub tls: Option<TlsIdentity>,
+}
+
+/// A PEM certificate chain and its private key.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// Certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// Private key.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity { .. }")
+    }
+}
+
+/// How long a client may take over the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long open connections may finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -76,14 +127,14 @@ pub enum ServeError {
 
 /// Serves on `listener` until `shutdown` resolves, then closes all sessions.
 ///
-/// With `token`, every call to the Sandbox service and to reflection must
+/// With a token, every call to the Sandbox service and to reflection must
 /// carry `authorization: Bearer <token>`; health checks stay open for probes.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     registry: Arc<Registry>,
     reap_interval: Duration,
-    token: Option<String>,
-    shutdown: impl Future<Output = ()> + Send,
+    access: Access,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<SandboxServer<SandboxService>>().await;
@@ -97,7 +148,7 @@ pub async fn serve(
     let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let auth = BearerAuth::new(token);
+    let auth = BearerAuth::new(access.token);
     let sandbox = InterceptedService::new(sandbox, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth.clone());
 
@@ -121,21 +172,37 @@ pub async fn serve(
         shutdown.await;
         let _ = fired_tx.send(());
     };
-    // Small replies must not wait for Nagle's algorithm (a 40 ms stall
-    // against delayed ACKs on every call).
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|c| {
-            if let Err(e) = c.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        })
-    });
-    let server = Server::builder()
+    let mut builder = Server::builder();
+    if let Some(tls) = access.tls {
+        builder = builder.tls_config(
+            ServerTlsConfig::new()
+                .identity(Identity::from_pem(tls.cert_pem, tls.key_pem))
+                .timeout(TLS_HANDSHAKE_TIMEOUT),
+        )?;
+    }
+    let router = builder
         .add_service(health_service)
         .add_service(InterceptedService::new(reflection.build_v1()?, auth))
         .add_service(reflection_v1alpha)
-        .add_service(sandbox)
-        .serve_with_incoming_shutdown(incoming, shutdown);
+        .add_service(sandbox);
+    type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+    let server: Serving = match listener.into() {
+        Listener::Tcp(listener) => {
+            // Small replies must not wait for Nagle's algorithm (a 40 ms
+            // stall against delayed ACKs on every call).
+            let incoming = TcpListenerStream::new(listener).map(|conn| {
+                conn.inspect(|c| {
+                    if let Err(e) = c.set_nodelay(true) {
+                        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                    }
+                })
+            });
+            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+        }
+        Listener::Unix(listener) => Box::pin(
+            router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown),
+        ),
+    };
     let grace_over = async move {
         if fired_rx.await.is_ok() {
             tokio::time::sleep(SHUTDOWN_GRACE).await;

@@ -97,19 +97,22 @@ impl TestServer {
         Self::build_with(
             Arc::new(DockerRuntime::new(Some(NO_DOCKER.into()))),
             |_| {},
-            Some(token.to_string()),
+            sandboxd::server::Access {
+                token: Some(token.to_string()),
+                tls: None,
+            },
         )
         .await
     }
 
     async fn build(runtime: Arc<dyn Runtime>, tweak: impl FnOnce(&mut Config)) -> TestServer {
-        Self::build_with(runtime, tweak, None).await
+        Self::build_with(runtime, tweak, sandboxd::server::Access::default()).await
     }
 
     async fn build_with(
         runtime: Arc<dyn Runtime>,
         tweak: impl FnOnce(&mut Config),
-        token: Option<String>,
+        access: sandboxd::server::Access,
     ) -> TestServer {
         let workspaces = tempfile::tempdir().unwrap();
         let allowed_root = tempfile::tempdir().unwrap();
@@ -131,7 +134,7 @@ impl TestServer {
                 listener,
                 server_registry,
                 Duration::from_millis(100),
-                token,
+                access,
                 async {
                     let _ = stopped.await;
                 },
