@@ -1,0 +1,187 @@
+//! The audit journal over gRPC and real Docker: the same plan run twice,
+//! once faithfully and once touching an extra file and skipping the
+//! verification, and GetSessionReport tells them apart. The journal is also
+//! appended as JSON lines, and CloseSession returns it.
+
+mod common;
+
+use std::path::Path;
+
+use common::{Mode, TestServer, edit, edit_req, read_req, run};
+use sandboxd::pb;
+use sha2::{Digest, Sha256};
+
+const CALC: &str = "def add(a, b):\n    return a - b\n";
+const TEST: &str = "from calc import add\nassert add(2, 3) == 5, 'add is wrong'\nprint('ok')\n";
+const VERIFY: &str = "python3 test_calc.py";
+
+fn sha(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+async fn project(server: &TestServer) -> (String, std::path::PathBuf) {
+    let (id, ws) = server.session().await;
+    std::fs::write(ws.join("calc.py"), CALC).unwrap();
+    std::fs::write(ws.join("test_calc.py"), TEST).unwrap();
+    (id, ws)
+}
+
+async fn report(server: &TestServer, id: &str) -> pb::SessionReport {
+    server
+        .client
+        .clone()
+        .get_session_report(pb::GetSessionReportRequest {
+            session_id: id.into(),
+            planned_files: vec!["calc.py".into(), "./README.md".into()],
+            verification_command: VERIFY.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn journal_lines(dir: &Path, id: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join(format!("{id}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn report_tells_a_faithful_run_from_a_drifting_one() {
+    let journal_dir = tempfile::tempdir().unwrap();
+    let dir = journal_dir.path().to_path_buf();
+    let server = TestServer::with_docker_mode_and(Mode::Supervisor, move |c| {
+        c.journal_dir = Some(dir);
+    })
+    .await;
+    let c = server.client.clone();
+
+    // Faithful: red, read, edit the planned files, green.
+    let (faithful, ws) = project(&server).await;
+    assert_eq!(run(&c, &faithful, VERIFY, 30_000).await.exit.exit_code, 1);
+    c.clone()
+        .read_file(read_req(&faithful, "calc.py"))
+        .await
+        .unwrap();
+    c.clone()
+        .edit_file(edit_req(&faithful, "calc.py", vec![edit("a - b", "a + b")]))
+        .await
+        .unwrap();
+    c.clone()
+        .create_file(pb::CreateFileRequest {
+            session_id: faithful.clone(),
+            path: "README.md".into(),
+            content: "add adds\n".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(run(&c, &faithful, VERIFY, 30_000).await.exit.exit_code, 0);
+
+    let r = report(&server, &faithful).await;
+    assert_eq!(r.touched, vec!["README.md", "calc.py"]);
+    assert_eq!(r.planned_touched, vec!["README.md", "calc.py"]);
+    assert!(r.unplanned.is_empty(), "{:?}", r.unplanned);
+    assert!(r.untouched.is_empty(), "{:?}", r.untouched);
+    let v = r.verification.clone().unwrap();
+    assert!(v.ran && v.ran_after_last_write && v.passed, "{v:?}");
+    assert_eq!(v.exit_code, 0);
+    // Writes carry the hashes before and after.
+    let calc = r.files_written.iter().find(|w| w.path == "calc.py").unwrap();
+    assert_eq!(calc.tool, "EditFile");
+    assert_eq!(calc.sha256_before, sha(CALC.as_bytes()));
+    assert_eq!(
+        calc.sha256_after,
+        sha(&std::fs::read(ws.join("calc.py")).unwrap())
+    );
+    let readme = r
+        .files_written
+        .iter()
+        .find(|w| w.path == "README.md")
+        .unwrap();
+    assert_eq!(readme.sha256_before, "");
+    // Commands with their results, in order.
+    let codes: Vec<i64> = r.commands.iter().map(|c| c.exit_code).collect();
+    assert_eq!(codes, vec![1, 0]);
+    assert!(r.commands.iter().all(|c| c.command == VERIFY));
+    assert!(r.denied.is_empty());
+    let tools: Vec<&str> = r.journal.iter().map(|e| e.tool.as_str()).collect();
+    assert_eq!(
+        tools,
+        vec![
+            "CreateSession",
+            "RunCommand",
+            "ReadFile",
+            "EditFile",
+            "CreateFile",
+            "RunCommand"
+        ]
+    );
+
+    // Drifting: edits the plan's file, also an unplanned one, creates
+    // nothing planned, and never verifies after the last write.
+    let (drifting, _) = project(&server).await;
+    assert_eq!(run(&c, &drifting, VERIFY, 30_000).await.exit.exit_code, 1);
+    c.clone()
+        .edit_file(edit_req(&drifting, "calc.py", vec![edit("a - b", "a + b")]))
+        .await
+        .unwrap();
+    c.clone()
+        .edit_file(edit_req(
+            &drifting,
+            "test_calc.py",
+            vec![edit("print('ok')", "print('fine')")],
+        ))
+        .await
+        .unwrap();
+    // A refused call shows up too.
+    c.clone()
+        .edit_file(edit_req(&drifting, "calc.py", vec![edit("not there", "x")]))
+        .await
+        .unwrap_err();
+
+    let r = report(&server, &drifting).await;
+    assert_eq!(r.planned_touched, vec!["calc.py"]);
+    assert_eq!(r.unplanned, vec!["test_calc.py"]);
+    assert_eq!(r.untouched, vec!["README.md"]);
+    let v = r.verification.clone().unwrap();
+    assert!(v.ran, "the red run matched");
+    assert!(!v.ran_after_last_write && !v.passed, "{v:?}");
+    assert_eq!(r.denied.len(), 1);
+    assert_eq!(r.denied[0].reason, "OLD_STRING_NOT_FOUND");
+    assert_eq!(r.denied[0].tool, "EditFile");
+
+    // The JSON lines hold the same story for external audit.
+    let lines = journal_lines(journal_dir.path(), &drifting);
+    assert!(lines.iter().all(|l| l["session_id"] == drifting.as_str()));
+    let writes: Vec<&serde_json::Value> = lines.iter().filter(|l| l["write"].is_object()).collect();
+    assert_eq!(writes.len(), 2);
+    assert_eq!(writes[0]["write"]["sha256_before"], sha(CALC.as_bytes()));
+    let commands: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["command"].is_object()).collect();
+    assert_eq!(commands.len(), 1);
+    assert_eq!(commands[0]["command"]["exit_code"], 1);
+    assert_eq!(commands[0]["command"]["killed_by"], "none");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["outcome"]["reason"] == "OLD_STRING_NOT_FOUND")
+    );
+
+    // CloseSession returns the journal as it stood at the end.
+    let closed = c
+        .clone()
+        .close_session(pb::CloseSessionRequest {
+            session_id: faithful.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let last = closed.report.unwrap();
+    assert_eq!(last.files_written.len(), 2);
+    assert_eq!(last.journal.last().unwrap().tool, "CloseSession");
+    let lines = journal_lines(journal_dir.path(), &faithful);
+    assert_eq!(lines.last().unwrap()["tool"], "CloseSession");
+    server.stop().await;
+}
