@@ -1,6 +1,8 @@
 //! Access: with a token configured, every Sandbox and reflection call needs
 //! `authorization: Bearer <token>`; health stays open for probes; and the
-//! service refuses to listen beyond loopback without a token.
+//! service refuses to listen beyond loopback without a token. TLS admits a
+//! client trusting the CA and no plain-text one; the Unix socket listener
+//! is private to its user.
 
 mod common;
 
@@ -106,4 +108,202 @@ async fn the_cli_sends_the_token() {
         String::from_utf8_lossy(&ok.stderr)
     );
     srv.stop().await;
+}
+
+/// A `sandboxd serve` child process without Docker (file tools only).
+struct Served {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    fn start(listen: &str, extra: &[&str]) -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["serve", "--listen", listen, "--pool-size", "0"])
+            .args(["--docker-host", common::NO_DOCKER])
+            .arg("--workspace-dir")
+            .arg(dir.path())
+            .args([
+                "--service-name",
+                &format!("sandboxd-auth-{}", std::process::id()),
+            ])
+            .args(extra)
+            .env_remove("SANDBOXD_TOKEN")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Served { child, _dir: dir }
+    }
+
+    /// SIGTERM, then waits for a clean exit.
+    fn stop(mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_until(mut ready: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if ready() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the service did not come up");
+}
+
+/// A CA and a certificate it signed for localhost and 127.0.0.1.
+fn pki(dir: &std::path::Path) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    let (cert, key) = (dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&cert, leaf.pem()).unwrap();
+    std::fs::write(&key, leaf_key.serialize_pem()).unwrap();
+    (ca.pem(), cert, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_admits_a_client_trusting_the_ca_and_refuses_plain_text() {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_pem, cert, key) = pki(dir.path());
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let port = free_port();
+    let served = Served::start(
+        &format!("127.0.0.1:{port}"),
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+
+    // A client trusting the CA connects and works.
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca_pem))
+        .domain_name("localhost");
+    let channel = Endpoint::from_shared(format!("https://localhost:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let s = SandboxClient::new(channel)
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!s.session_id.is_empty());
+
+    // A plain-text client gets no service.
+    let plain = Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(channel) = plain {
+        let err = SandboxClient::new(channel)
+            .list_sessions(pb::ListSessionsRequest {})
+            .await
+            .unwrap_err();
+        assert_ne!(err.code(), tonic::Code::Ok);
+    }
+
+    // A client trusting another CA refuses the server.
+    let (other_ca, _, _) = pki(tempfile::tempdir().unwrap().path());
+    let other = Endpoint::from_shared(format!("https://localhost:{port}"))
+        .unwrap()
+        .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(other_ca)))
+        .unwrap()
+        .connect()
+        .await;
+    assert!(other.is_err(), "a client trusting another CA connected");
+
+    // The CLI speaks TLS with --ca-cert.
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["--addr", &format!("https://localhost:{port}")])
+            .arg("--ca-cert")
+            .arg(&ca_file)
+            .args(["session", "list"])
+            .output()
+            .unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&s.session_id));
+    tokio::task::block_in_place(|| served.stop());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_listener_is_private_and_removed_at_exit() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("sandboxd.sock");
+    let served = Served::start(&format!("unix:{}", socket.display()), &[]);
+    wait_until(|| std::os::unix::net::UnixStream::connect(&socket).is_ok()).await;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is open to other users");
+
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["--addr", &format!("unix:{}", socket.display())])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let id = tokio::task::block_in_place(|| cli(&["session", "create", "-q"]));
+    let listed = tokio::task::block_in_place(|| cli(&["session", "list"]));
+    assert!(listed.contains(id.trim()));
+    tokio::task::block_in_place(|| served.stop());
+    assert!(!socket.exists(), "the socket file outlived the service");
+
+    // A path taken by something other than a socket is never replaced.
+    std::fs::write(&socket, "not a socket").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        .args(["serve", "--listen", &format!("unix:{}", socket.display())])
+        .args(["--docker-host", common::NO_DOCKER, "--pool-size", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
 }

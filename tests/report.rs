@@ -88,7 +88,11 @@ async fn report_tells_a_faithful_run_from_a_drifting_one() {
     assert!(v.ran && v.ran_after_last_write && v.passed, "{v:?}");
     assert_eq!(v.exit_code, 0);
     // Writes carry the hashes before and after.
-    let calc = r.files_written.iter().find(|w| w.path == "calc.py").unwrap();
+    let calc = r
+        .files_written
+        .iter()
+        .find(|w| w.path == "calc.py")
+        .unwrap();
     assert_eq!(calc.tool, "EditFile");
     assert_eq!(calc.sha256_before, sha(CALC.as_bytes()));
     assert_eq!(
