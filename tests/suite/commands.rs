@@ -614,3 +614,120 @@ async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
     let left: Vec<_> = ids.iter().filter(|id| common::containers_labelled("sandboxd.session").contains(id)).collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test]
+async fn memory_bomb_is_reported_as_out_of_memory() {
+    let srv = TestServer::with_docker_mode(MODE).await;
+    let s = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            limits: Some(pb::Limits {
+                memory_bytes: 96 << 20,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let bomb = "python3 -c 'x = []\nwhile True: x.append(bytearray(8 << 20))'";
+    let ran = run(&srv.client, &s.session_id, bomb, 60_000).await;
+    assert!(ran.exit.oom_killed, "not reported as OOM: {:?}", ran.exit);
+    assert_eq!(ran.exit.exit_code, 137, "{:?}", ran.exit);
+    assert!(!ran.exit.timed_out);
+    // The session carries on, and an ordinary command is not marked.
+    let ran = run(&srv.client, &s.session_id, "echo alive", 20_000).await;
+    assert_eq!(ran.stdout(), "alive\n");
+    assert!(!ran.exit.oom_killed);
+    // The journal keeps it.
+    let report = srv
+        .client
+        .clone()
+        .get_session_report(pb::GetSessionReportRequest {
+            session_id: s.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let oom: Vec<bool> = report.commands.iter().map(|c| c.oom_killed).collect();
+    assert_eq!(oom, vec![true, false]);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn full_tmp_fails_cleanly_and_the_session_keeps_working() {
+    let srv = TestServer::with_docker_mode_and(MODE, |c| c.sandbox.tmp_bytes = 16 << 20).await;
+    let (sid, ws) = srv.session().await;
+    let ran = run(
+        &srv.client,
+        &sid,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=64",
+        30_000,
+    )
+    .await;
+    assert_ne!(ran.exit.exit_code, 0);
+    assert!(
+        ran.stderr().contains("No space left on device"),
+        "{}",
+        ran.stderr()
+    );
+    // With /tmp still full: commands run, the ladder still stops a
+    // runaway, and the file tools work.
+    let ran = run(&srv.client, &sid, "echo still here", 20_000).await;
+    assert_eq!(ran.stdout(), "still here\n");
+    let ran = run(&srv.client, &sid, "sleep 100", 1000).await;
+    assert!(ran.exit.timed_out);
+    assert!(
+        ran.elapsed < Duration::from_secs(15),
+        "took {:?}",
+        ran.elapsed
+    );
+    std::fs::write(ws.join("a.txt"), "x\n").unwrap();
+    srv.client
+        .clone()
+        .read_file(common::read_req(&sid, "a.txt"))
+        .await
+        .unwrap();
+    let ran = run(&srv.client, &sid, "rm -f /tmp/fill && echo freed", 20_000).await;
+    assert_eq!(ran.stdout(), "freed\n");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn container_killed_during_a_command_ends_it_cleanly() {
+    let srv = TestServer::with_docker_mode(MODE).await;
+    let (sid, ws) = srv.session().await;
+    std::fs::write(ws.join("kept.txt"), "workspace survives\n").unwrap();
+    let before = srv.containers();
+    assert_eq!(before.len(), 1);
+    let client = srv.client.clone();
+    let id = sid.clone();
+    let running = tokio::spawn(async move {
+        try_run(&client, run_req(&id, "echo started; sleep 60", 120_000)).await
+    });
+    // Kill the container once the command is surely running.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed = std::process::Command::new("docker")
+        .args(["kill", &before[0]])
+        .output()
+        .unwrap();
+    assert!(killed.status.success());
+    let ran = running
+        .await
+        .unwrap()
+        .expect("a result, not an error");
+    assert_ne!(ran.exit.exit_code, 0);
+    assert!(
+        ran.elapsed < Duration::from_secs(30),
+        "took {:?}",
+        ran.elapsed
+    );
+    let ran = run(&srv.client, &sid, "cat kept.txt", 20_000).await;
+    assert_eq!(ran.stdout(), "workspace survives\n");
+    let after = srv.containers();
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before, "the session got a fresh container");
+    srv.stop().await;
+}
