@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use tonic::codegen::http;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -32,6 +33,16 @@ pub enum Error {
     /// The call carried no valid bearer token.
     #[error("missing or wrong bearer token")]
     Unauthenticated,
+    /// The transport refused the call before any handler saw it (a request
+    /// that does not decode, a message past the size limit, an unknown
+    /// method).
+    #[error("{message}")]
+    Transport {
+        /// The code the transport chose.
+        code: Code,
+        /// Its message.
+        message: String,
+    },
 }
 
 /// Stable machine reasons, as sent in `ErrorInfo.reason`.
@@ -66,6 +77,10 @@ pub mod reason {
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
+    pub const MALFORMED_REQUEST: &str = "MALFORMED_REQUEST";
+    pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
+    pub const UNIMPLEMENTED: &str = "UNIMPLEMENTED";
+    pub const TRANSPORT: &str = "TRANSPORT";
 }
 
 /// An error as the caller sees it: status code, stable reason, message for
@@ -89,12 +104,53 @@ fn status(
     message: String,
     meta: &[(&'static str, String)],
 ) -> Described {
+    // Paths, patterns and commands come from the caller and can be huge; a
+    // status echoing them whole would not fit in a response header.
+    let mut message = message;
+    let meta = meta
+        .iter()
+        .map(|(k, v)| {
+            let short = shorten(v);
+            if short.len() < v.len() {
+                message = message.replace(v.as_str(), &short);
+            }
+            (*k, short)
+        })
+        .collect();
+    if message.len() > MAX_MESSAGE_BYTES {
+        // Keep the start (what happened) and the end (what to do next).
+        let mut head = MAX_MESSAGE_BYTES / 2;
+        while !message.is_char_boundary(head) {
+            head -= 1;
+        }
+        let mut tail = message.len() - MAX_MESSAGE_BYTES / 4;
+        while !message.is_char_boundary(tail) {
+            tail += 1;
+        }
+        message = format!("{} … {}", &message[..head], &message[tail..]);
+    }
     Described {
         code,
         reason,
         message,
-        meta: meta.to_vec(),
+        meta,
     }
+}
+
+/// Longest message a status carries, in bytes.
+const MAX_MESSAGE_BYTES: usize = 2048;
+/// Characters of a caller's value kept at each end when it is echoed.
+const ECHO_KEEP_CHARS: usize = 80;
+
+/// A caller's value cut to its two ends when long.
+fn shorten(v: &str) -> String {
+    let chars = v.chars().count();
+    if chars <= 3 * ECHO_KEEP_CHARS {
+        return v.to_string();
+    }
+    let head: String = v.chars().take(ECHO_KEEP_CHARS).collect();
+    let tail: String = v.chars().skip(chars - ECHO_KEEP_CHARS).collect();
+    format!("{head}…({chars} characters)…{tail}")
 }
 
 impl From<Described> for Status {
@@ -134,7 +190,66 @@ pub fn describe(err: &Error) -> Described {
                 .to_string(),
             &[],
         ),
+        Error::Transport { code, message } => transport_status(*code, message),
     }
+}
+
+fn transport_status(code: Code, message: &str) -> Described {
+    match code {
+        Code::Internal if message.starts_with("failed to decode") => status(
+            Code::InvalidArgument,
+            reason::MALFORMED_REQUEST,
+            format!(
+                "The request could not be decoded ({message}). Every string field must be valid UTF-8 and \
+                 the message must match sandboxd.v1. Nothing was run or changed. Fix the request and retry."
+            ),
+            &[],
+        ),
+        Code::OutOfRange if message.contains("too large") => status(
+            Code::ResourceExhausted,
+            reason::MESSAGE_TOO_LARGE,
+            format!(
+                "The request is larger than the service accepts ({message}). Nothing was run or changed. \
+                 Send less at once; files over the file tools' size limit are changed with a command."
+            ),
+            &[],
+        ),
+        Code::Unimplemented => status(
+            code,
+            reason::UNIMPLEMENTED,
+            format!(
+                "{message}. The service does not offer this method; check the sandboxd.v1 contract."
+            ),
+            &[],
+        ),
+        code => status(code, reason::TRANSPORT, message.to_string(), &[]),
+    }
+}
+
+/// Gives an ErrorInfo to a status the transport made itself (it carries
+/// none), so every refusal a client sees has a stable reason. Applied to
+/// every response of the server; a response with details passes unchanged.
+pub fn describe_transport_refusal<B>(mut res: http::Response<B>) -> http::Response<B> {
+    const DETAILS: &str = "grpc-status-details-bin";
+    let headers = res.headers_mut();
+    if headers.contains_key(DETAILS) {
+        return res;
+    }
+    let Some(told) = Status::from_header_map(headers) else {
+        return res;
+    };
+    if told.code() == Code::Ok {
+        return res;
+    }
+    let error = Error::Transport {
+        code: told.code(),
+        message: told.message().to_string(),
+    };
+    let status: Status = describe(&error).into();
+    if status.add_header(headers).is_err() {
+        tracing::debug!("cannot rewrite a transport status");
+    }
+    res
 }
 
 impl From<workspace::Error> for Status {

@@ -172,7 +172,9 @@ pub async fn serve(
         shutdown.await;
         let _ = fired_tx.send(());
     };
-    let mut builder = Server::builder();
+    let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
+        crate::error::describe_transport_refusal,
+    ));
     if let Some(tls) = access.tls {
         builder = builder.tls_config(
             ServerTlsConfig::new()

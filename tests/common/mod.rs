@@ -262,8 +262,11 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {
             } else if ft.is_dir() {
                 out.insert(format!("{rel}/"), Vec::new());
                 walk(root, &path, out);
-            } else {
+            } else if ft.is_file() {
                 out.insert(rel, std::fs::read(&path).unwrap());
+            } else {
+                // A fifo or socket: reading it could block forever.
+                out.insert(format!("{rel}|"), Vec::new());
             }
         }
     }
