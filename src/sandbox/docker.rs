@@ -399,6 +399,19 @@ impl Runtime for DockerRuntime {
         cgroup_oom_kills(container)
     }
 
+    async fn died_of_oom(&self, container: &str) -> bool {
+        let Ok(docker) = self.client().await else {
+            return false;
+        };
+        docker
+            .inspect_container(container, None)
+            .await
+            .ok()
+            .and_then(|info| info.state)
+            .and_then(|state| state.oom_killed)
+            .unwrap_or(false)
+    }
+
     async fn remove_labelled(
         &self,
         label: &str,

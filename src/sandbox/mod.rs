@@ -173,6 +173,11 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn oom_kills(&self, _container: &str) -> Option<u64> {
         None
     }
+    /// Whether the container ended because the OOM killer struck (for a
+    /// runtime such as gVisor, where that ends the whole sandbox).
+    async fn died_of_oom(&self, _container: &str) -> bool {
+        false
+    }
     /// Removes every container carrying `label=value` whose `keep_label` is
     /// not `keep_value`; returns how many were removed.
     async fn remove_labelled(
@@ -203,8 +208,21 @@ pub struct Sandbox {
     spec: ContainerSpec,
     container: tokio::sync::Mutex<Option<String>>,
     /// The supervisor link and the container it runs in.
-    link: tokio::sync::Mutex<Option<(String, Arc<supervisor::Link>)>>,
+    link: tokio::sync::Mutex<Option<(String, LinkState)>>,
 }
+
+/// The supervisor of one container.
+#[derive(Debug, Clone)]
+enum LinkState {
+    Up(Arc<supervisor::Link>),
+    /// It could not be started there at this time: commands run as plain
+    /// execs until [`LINK_RETRY`] has passed.
+    Unavailable(std::time::Instant),
+}
+
+/// How long a container whose supervisor failed to start runs commands as
+/// plain execs before the supervisor is tried again.
+const LINK_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A started command, by either path.
 #[derive(Debug)]
@@ -241,9 +259,12 @@ impl Started {
             Started::Supervised(s) => s.drive(&events).await,
             Started::Exec(r) => r.drive(&events).await,
         };
-        if let (Some(before), Some(after)) = (oom_before, rt.oom_kills(&container).await) {
-            report.oom_killed = after > before;
-        }
+        report.oom_killed = match (oom_before, rt.oom_kills(&container).await) {
+            (Some(before), Some(after)) => after > before,
+            // The cgroup went with the container.
+            _ if report.killed_by == KilledBy::Container => rt.died_of_oom(&container).await,
+            _ => false,
+        };
         if !client_gone {
             let _ = events.send(Event::Exit(report.clone())).await;
         }
@@ -307,19 +328,44 @@ impl Sandbox {
     async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
-            Some((c, link)) if c == container && link.is_alive() => Ok(Arc::clone(link)),
-            _ => {
-                let link = Arc::new(
-                    supervisor::Link::start(
-                        self.runtime.as_ref(),
-                        container,
-                        &self.spec.user,
-                        self.spec.socket_dir.as_deref(),
-                    )
-                    .await?,
-                );
-                *slot = Some((container.to_string(), Arc::clone(&link)));
+            Some((c, LinkState::Up(link))) if c == container && link.is_alive() => {
+                return Ok(Arc::clone(link));
+            }
+            Some((c, LinkState::Unavailable(since)))
+                if c == container && since.elapsed() < LINK_RETRY =>
+            {
+                return Err(Error::StartExec(
+                    "the supervisor could not start in this container".into(),
+                ));
+            }
+            _ => {}
+        }
+        let rt = &self.runtime;
+        let user = &self.spec.user;
+        let started = match self.spec.socket_dir.as_deref() {
+            Some(dir) => match supervisor::Link::start(rt, container, user, Some(dir)).await {
+                Ok(link) => Ok(link),
+                Err(e) => {
+                    // The engine's own stdio reaches containers a host
+                    // socket cannot (gVisor).
+                    tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
+                    supervisor::Link::start(rt, container, user, None).await
+                }
+            },
+            None => supervisor::Link::start(rt, container, user, None).await,
+        };
+        match started {
+            Ok(link) => {
+                let link = Arc::new(link);
+                *slot = Some((container.to_string(), LinkState::Up(Arc::clone(&link))));
                 Ok(link)
+            }
+            Err(e) => {
+                *slot = Some((
+                    container.to_string(),
+                    LinkState::Unavailable(std::time::Instant::now()),
+                ));
+                Err(e)
             }
         }
     }

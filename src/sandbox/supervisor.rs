@@ -54,6 +54,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Slack past timeout + ladder before the service stops waiting for the
 /// supervisor and kills the container itself.
 const SILENCE_SLACK: Duration = Duration::from_secs(5);
+/// How often a stdio-framed supervisor's exec is checked for life.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<frames::Event>>>>;
 
@@ -80,7 +82,7 @@ impl Link {
     /// listens on, bypassing the Docker daemon; otherwise over the exec's
     /// stdin and stdout.
     pub async fn start(
-        rt: &dyn Runtime,
+        rt: &Arc<dyn Runtime>,
         container: &str,
         user: &str,
         socket_dir: Option<&Path>,
@@ -99,15 +101,20 @@ impl Link {
             cwd: "/".into(),
             user: user.to_string(),
         };
-        let (_exec, output, stdin) = rt.start_exec_with_stdin(container, &spec).await?;
+        let (exec, mut output, stdin) = rt.start_exec_with_stdin(container, &spec).await?;
         let (frames, input): (FrameStream, InputSink) = match (listener, socket_dir) {
             (Some(listener), Some(dir)) => {
-                let accepted = tokio::time::timeout(READY_TIMEOUT, listener.accept()).await;
+                // A supervisor that cannot reach the socket (a runtime such
+                // as gVisor keeps host sockets out) exits: fail at once.
+                let accepted = tokio::select! {
+                    accepted = tokio::time::timeout(READY_TIMEOUT, listener.accept()) => accepted.ok(),
+                    () = async { while output.next().await.is_some() {} } => None,
+                };
                 // One supervisor per socket: nobody else may connect later.
                 drop(listener);
                 let _ = std::fs::remove_file(dir.join(SOCKET));
                 let (stream, _) = accepted
-                    .map_err(|_| Error::StartExec("the supervisor did not connect".into()))?
+                    .ok_or_else(|| Error::StartExec("the supervisor did not connect".into()))?
                     .map_err(|e| Error::StartExec(format!("accepting the supervisor: {e}")))?;
                 let (read, write) = stream.into_split();
                 // The exec's own streams carry nothing now; drain them so the
@@ -176,6 +183,24 @@ impl Link {
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
         });
+        if socket_dir.is_none() {
+            // A socket closes when its container dies; an attached exec
+            // stream may not (gVisor): watch the exec itself.
+            let (rt, alive, routes) = (Arc::clone(rt), Arc::clone(&alive), Arc::clone(&routes));
+            tokio::spawn(async move {
+                while alive.load(Ordering::SeqCst) {
+                    tokio::time::sleep(WATCH_INTERVAL).await;
+                    let gone = match rt.exec_state(&exec).await {
+                        Ok(super::ExecState::Running) | Err(Error::Connect(_)) => false,
+                        Ok(super::ExecState::Exited(_)) | Err(_) => true,
+                    };
+                    if gone {
+                        alive.store(false, Ordering::SeqCst);
+                        routes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    }
+                }
+            });
+        }
         match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
             Ok(Ok(())) => Ok(Link {
                 input: tokio::sync::Mutex::new(input),

@@ -41,6 +41,8 @@ pub enum Mode {
     SupervisorStdio,
     /// One Docker exec per command (the fallback).
     Exec,
+    /// Containers under gVisor (`--runtime runsc`), through the supervisor.
+    Gvisor,
 }
 
 /// A Docker host where no daemon listens: file-tool tests run without
@@ -78,15 +80,18 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("cannot build the default sandbox image: {e}"));
         Self::build(docker, |config| {
             config.sandbox.supervisor = match mode {
-                Mode::Supervisor | Mode::SupervisorStdio => {
+                Mode::Supervisor | Mode::SupervisorStdio | Mode::Gvisor => {
                     Some(env!("CARGO_BIN_EXE_sandboxd").into())
                 }
                 Mode::Exec => None,
             };
             config.sandbox.socket_root = match mode {
-                Mode::Supervisor => Some(config.workspace_dir.join("run")),
+                Mode::Supervisor | Mode::Gvisor => Some(config.workspace_dir.join("run")),
                 Mode::SupervisorStdio | Mode::Exec => None,
             };
+            if mode == Mode::Gvisor {
+                config.sandbox.runtime = Some("runsc".into());
+            }
             tweak(config)
         })
         .await

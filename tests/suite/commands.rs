@@ -173,7 +173,7 @@ async fn network_is_off() {
     let ran = run(
         &srv.client,
         &sid,
-        "python3 net.py; ls /sys/class/net",
+        "python3 net.py; python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'",
         20_000,
     )
     .await;
@@ -185,7 +185,7 @@ async fn network_is_off() {
         ran.stdout()
     );
     // Only the loopback interface exists.
-    assert!(ran.stdout().ends_with("lo\n"), "{}", ran.stdout());
+    assert!(ran.stdout().ends_with("['lo']\n"), "{}", ran.stdout());
     srv.stop().await;
 }
 
@@ -209,14 +209,18 @@ async fn root_filesystem_is_read_only_and_commands_are_not_root() {
     let ran = run(
         &srv.client,
         &sid,
-        "id -u; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; touch /usr/x 2>&1; touch /tmp/ok && echo tmp-writable",
+        "id -u; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; touch /var/tmp/x 2>&1; touch /tmp/ok && echo tmp-writable",
         20_000,
     )
     .await;
     let out = ran.stdout();
     assert!(out.starts_with("1000\n"), "{out}");
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
-    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    // gVisor's /proc does not show the flag (runsc enforces it all the same).
+    if MODE != common::Mode::Gvisor {
+        assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    }
+    // /var/tmp is world-writable: only the read-only root stops the write.
     assert!(out.contains("Read-only file system"), "{out}");
     assert!(out.contains("tmp-writable"), "{out}");
     srv.stop().await;
@@ -444,8 +448,16 @@ async fn fork_bomb_is_stopped_by_the_pids_limit_without_harming_others() {
         ran.elapsed
     );
     // The bombed session recovers (a fresh container if the hard stop was needed).
+    if MODE == common::Mode::Gvisor {
+        // Under gVisor the pids limit also counts the sandbox's own host
+        // threads, so a bomb at pids=64 ends the whole sandbox and its
+        // replacements at that limit (SECURITY.md); the other session's
+        // health, shown above, is what holds there.
+        srv.stop().await;
+        return;
+    }
     let ran = run(&srv.client, &bomb, "echo alive", 20_000).await;
-    assert_eq!(ran.stdout(), "alive\n");
+    assert_eq!(ran.stdout(), "alive\n", "{:?}", ran.exit);
     srv.stop().await;
 }
 
@@ -528,7 +540,7 @@ async fn container_killed_from_outside_is_replaced_on_the_next_command() {
         .unwrap();
     assert!(killed.status.success());
     let ran = run(&srv.client, &sid, "cat kept.txt", 20_000).await;
-    assert_eq!(ran.stdout(), "workspace survives\n");
+    assert_eq!(ran.stdout(), "workspace survives\n", "{:?}", ran.exit);
     let after = srv.containers();
     assert_eq!(
         after.len(),
@@ -547,7 +559,7 @@ async fn commands_take_the_configured_path() {
     let parent = ran.stdout();
     match MODE {
         common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise --connect"), "{parent}"),
-        common::Mode::SupervisorStdio => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise"),
+        common::Mode::SupervisorStdio | common::Mode::Gvisor => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise"),
         common::Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
     srv.stop().await;
@@ -572,7 +584,7 @@ async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
         .into_inner();
     assert!(warm.contains(&s.container_id), "the session took a warm container");
     // The pooled container is hardened like any other and runs its commands.
-    let ran = run(&srv.client, &s.session_id, "id -u; touch /usr/x 2>&1; ls /workspace | wc -l", 10_000).await;
+    let ran = run(&srv.client, &s.session_id, "id -u; touch /var/tmp/x 2>&1; ls /workspace | wc -l", 10_000).await;
     assert!(ran.stdout().starts_with("1000\n"), "{}", ran.stdout());
     assert!(ran.stdout().contains("Read-only file system"), "{}", ran.stdout());
     // Session env reaches pooled containers' commands too.
@@ -634,7 +646,12 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     let bomb = "python3 -c 'x = []\nwhile True: x.append(bytearray(8 << 20))'";
     let ran = run(&srv.client, &s.session_id, bomb, 60_000).await;
     assert!(ran.exit.oom_killed, "not reported as OOM: {:?}", ran.exit);
-    assert_eq!(ran.exit.exit_code, 137, "{:?}", ran.exit);
+    if MODE == common::Mode::Gvisor {
+        // The host kernel's OOM killer ends gVisor's whole sandbox.
+        assert_eq!(ran.exit.killed_by(), KilledBy::Container, "{:?}", ran.exit);
+    } else {
+        assert_eq!(ran.exit.exit_code, 137, "{:?}", ran.exit);
+    }
     assert!(!ran.exit.timed_out);
     // The session carries on, and an ordinary command is not marked.
     let ran = run(&srv.client, &s.session_id, "echo alive", 20_000).await;
