@@ -845,4 +845,183 @@ mod tests {
             }
         }
     }
+
+    /// Cases of [`fuzz_edit_engine`]: `SANDBOXD_FUZZ_CASES` (default 500;
+    /// run long with `SANDBOXD_FUZZ_CASES=1000000 cargo test --release --lib
+    /// fuzz_edit_engine`, see SECURITY.md).
+    fn fuzz_cases() -> u32 {
+        std::env::var("SANDBOXD_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(500)
+    }
+
+    /// What the engine must do, written independently and naively: bytes
+    /// and replacements on acceptance, the kind of refusal otherwise.
+    fn model(bytes: &[u8], edits: &[EditSpec]) -> Result<(Vec<u8>, usize), &'static str> {
+        for e in edits {
+            if e.old.is_empty() {
+                return Err("empty");
+            }
+            if e.old == e.new {
+                return Err("nochange");
+            }
+        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return Err("nottext");
+        };
+        if text.contains('\0') {
+            return Err("nottext");
+        }
+        let (bom, text) = match text.strip_prefix('\u{feff}') {
+            Some(rest) => ("\u{feff}", rest),
+            None => ("", text),
+        };
+        let lf = text.matches('\n').count();
+        let crlf_count = text.matches("\r\n").count();
+        let crlf = crlf_count > 0 && crlf_count == lf;
+        let norm = |s: &str| {
+            if crlf {
+                s.replace("\r\n", "\n")
+            } else {
+                s.to_string()
+            }
+        };
+        let text = norm(text);
+        let mut sites: Vec<(usize, usize, String)> = Vec::new();
+        for e in edits {
+            let (old, new) = (norm(&e.old), norm(&e.new));
+            let all: Vec<usize> = (0..=text.len().saturating_sub(old.len()))
+                .filter(|&i| text.is_char_boundary(i) && text[i..].starts_with(old.as_str()))
+                .collect();
+            if all.is_empty() {
+                return Err("notfound");
+            }
+            if e.replace_all {
+                let mut next = 0;
+                for &i in &all {
+                    if i >= next {
+                        sites.push((i, i + old.len(), new.clone()));
+                        next = i + old.len();
+                    }
+                }
+            } else if all.len() > 1 {
+                return Err("ambiguous");
+            } else {
+                sites.push((all[0], all[0] + old.len(), new));
+            }
+        }
+        sites.sort_by_key(|s| s.0);
+        if sites.windows(2).any(|w| w[1].0 < w[0].1) {
+            return Err("overlap");
+        }
+        let mut out = String::new();
+        let mut cursor = 0;
+        for (start, end, new) in &sites {
+            out.push_str(&text[cursor..*start]);
+            out.push_str(new);
+            cursor = *end;
+        }
+        out.push_str(&text[cursor..]);
+        if crlf {
+            out = out.replace('\n', "\r\n");
+        }
+        Ok((format!("{bom}{out}").into_bytes(), sites.len()))
+    }
+
+    fn kind(e: &EditError) -> &'static str {
+        match e {
+            EditError::NoEdits => "noedits",
+            EditError::EmptyOldString { .. } => "empty",
+            EditError::NoChange { .. } => "nochange",
+            EditError::NotFound { .. } => "notfound",
+            EditError::Ambiguous { .. } => "ambiguous",
+            EditError::Overlap { .. } => "overlap",
+            EditError::NotText => "nottext",
+        }
+    }
+
+    /// Files mixing LF, CRLF, a BOM, multibyte characters and (sometimes)
+    /// bytes that are not UTF-8.
+    fn file_bytes() -> impl Strategy<Value = Vec<u8>> {
+        (
+            proptest::collection::vec(
+                prop_oneof![
+                    Just("a"),
+                    Just("b"),
+                    Just("ab"),
+                    Just("é"),
+                    Just("日"),
+                    Just("\n"),
+                    Just("\r\n"),
+                    Just(" "),
+                ],
+                0..40,
+            ),
+            any::<bool>(),
+            proptest::option::weighted(
+                0.1,
+                (
+                    any::<usize>(),
+                    prop_oneof![Just(0xffu8), Just(0u8), Just(0xc3u8)],
+                ),
+            ),
+        )
+            .prop_map(|(parts, bom, junk)| {
+                let mut bytes = if bom {
+                    "\u{feff}".as_bytes().to_vec()
+                } else {
+                    Vec::new()
+                };
+                bytes.extend(parts.concat().into_bytes());
+                if let Some((at, b)) = junk {
+                    let at = at % (bytes.len() + 1);
+                    bytes.insert(at, b);
+                }
+                bytes
+            })
+    }
+
+    fn edit_spec() -> impl Strategy<Value = EditSpec> {
+        (
+            "(a|b|é|日|\n|\r\n| ){0,4}",
+            "(x|é|\n|\r\n){0,3}",
+            proptest::bool::weighted(0.3),
+        )
+            .prop_map(|(old, new, replace_all)| EditSpec {
+                old,
+                new,
+                replace_all,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
+
+        /// The engine against the naive model on hostile files: refused
+        /// means no bytes come out (the caller writes nothing), with the
+        /// refusal the model expects; accepted means exactly the counted
+        /// sites changed and every other byte (BOM and line endings
+        /// included) is as it was.
+        #[test]
+        fn fuzz_edit_engine(
+            bytes in file_bytes(),
+            edits in proptest::collection::vec(edit_spec(), 1..3),
+        ) {
+            let got = apply(&bytes, &edits, "f");
+            match (got, model(&bytes, &edits)) {
+                (Ok(out), Ok((expected, sites))) => {
+                    prop_assert_eq!(out.bytes, expected);
+                    prop_assert_eq!(out.replacements, sites);
+                }
+                (Err(e), Err(want)) => prop_assert_eq!(kind(&e), want),
+                (got, want) => prop_assert!(
+                    false,
+                    "engine {:?} but model {:?}",
+                    got.map(|o| o.bytes).map_err(|e| kind(&e)),
+                    want
+                ),
+            }
+        }
+    }
 }
