@@ -74,6 +74,18 @@ impl TestServer {
         if let Err(e) = docker.ping().await {
             panic!("these tests need a running Docker daemon (docker info must answer): {e}");
         }
+        if mode == Mode::Gvisor {
+            let runtimes = std::process::Command::new("docker")
+                .args(["info", "--format", "{{json .Runtimes}}"])
+                .output()
+                .expect("docker CLI");
+            assert!(
+                String::from_utf8_lossy(&runtimes.stdout).contains("\"runsc\""),
+                "the gVisor tests need runsc registered with the Docker daemon \
+                 (apt-get install runsc; add it to /etc/docker/daemon.json \"runtimes\" with \
+                 \"runtimeArgs\": [\"--network=none\"]; .ci/run does this)"
+            );
+        }
         docker
             .build_default_image()
             .await
