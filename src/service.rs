@@ -38,7 +38,7 @@ impl Sandbox for SandboxService {
 
     async fn get_session(&self, req: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
         let session = self.registry.get(&req.into_inner().session_id)?;
-        Ok(Response::new(session.info().await.into()))
+        Ok(Response::new(session.get_info().await.into()))
     }
 
     async fn list_sessions(

@@ -340,6 +340,14 @@ impl Session {
         }
     }
 
+    /// GetSession: a snapshot, journaled.
+    pub async fn get_info(&self) -> Info {
+        let started = Instant::now();
+        let info = self.info().await;
+        self.journal.ok("GetSession", "", started, String::new());
+        info
+    }
+
     /// Records the outcome of a call that writes nothing.
     fn journaled<T>(
         &self,
