@@ -427,15 +427,17 @@ impl Workspace {
         }
         let real_parent = {
             let inner = Arc::clone(&inner);
-            let (parent, rel) = (parent.clone(), rel.clone());
+            let (parent, name) = (parent.clone(), name.clone());
             let policy = Arc::clone(policy);
             blocking(move || {
                 // Decided before any directory is made, so a refused create
-                // leaves nothing behind; decided again under the lock.
+                // leaves nothing behind; decided again under the lock. The
+                // last component is created, never followed.
                 let landing = inner
                     .root
-                    .landing(&rel)
-                    .map_err(|e| Error::from_io("resolve", &rel, e))?;
+                    .landing(&parent)
+                    .map_err(|e| Error::from_io("resolve", &parent, e))?
+                    .join(&name);
                 policy
                     .check_write("CreateFile", landing.as_str())
                     .map_err(Error::Denied)?;
