@@ -475,7 +475,17 @@ impl Workspace {
         let real = {
             let inner = Arc::clone(&inner);
             let rel = rel.clone();
+            let policy = Arc::clone(policy);
             blocking(move || {
+                // A denied path is refused as such even when it does not
+                // exist; decided again under the lock.
+                let landing = inner
+                    .root
+                    .landing(&rel)
+                    .map_err(|e| Error::from_io("resolve", &rel, e))?;
+                policy
+                    .check_write("EditFile", landing.as_str())
+                    .map_err(Error::Denied)?;
                 inner
                     .root
                     .real(&rel)
