@@ -395,6 +395,31 @@ impl Session {
         )
     }
 
+    /// Records the outcome of a write: where it landed and the file's
+    /// hashes before (`None`: it did not exist) and after.
+    fn journaled_write<T>(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        result: Result<T, crate::workspace::Error>,
+        landed: impl FnOnce(&T) -> (String, Option<String>, String),
+    ) -> Result<T, crate::error::Error> {
+        match result {
+            Ok(out) => {
+                let (path, before, after) = landed(&out);
+                self.journal
+                    .wrote(tool, summary, started, path, before, after);
+                Ok(out)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.refused(tool, summary, started, &e);
+                Err(e)
+            }
+        }
+    }
+
     /// CreateFile, within the session's policy.
     pub async fn create_file(
         &self,
@@ -407,24 +432,9 @@ impl Session {
             Ok(()) => self.workspace.create(path, content, &self.policy).await,
             Err(denial) => Err(crate::workspace::Error::Denied(denial)),
         };
-        match result {
-            Ok(out) => {
-                self.journal.wrote(
-                    "CreateFile",
-                    &summary,
-                    started,
-                    out.landed.clone(),
-                    None,
-                    out.sha256.clone(),
-                );
-                Ok(out)
-            }
-            Err(e) => {
-                let e = e.into();
-                self.refused("CreateFile", &summary, started, &e);
-                Err(e)
-            }
-        }
+        self.journaled_write("CreateFile", &summary, started, result, |o| {
+            (o.landed.clone(), None, o.sha256.clone())
+        })
     }
 
     /// EditFile, within the session's policy.
@@ -444,24 +454,13 @@ impl Session {
             }
             Err(denial) => Err(crate::workspace::Error::Denied(denial)),
         };
-        match result {
-            Ok(out) => {
-                self.journal.wrote(
-                    "EditFile",
-                    &summary,
-                    started,
-                    out.landed.clone(),
-                    Some(out.sha256_before.clone()),
-                    out.sha256.clone(),
-                );
-                Ok(out)
-            }
-            Err(e) => {
-                let e = e.into();
-                self.refused("EditFile", &summary, started, &e);
-                Err(e)
-            }
-        }
+        self.journaled_write("EditFile", &summary, started, result, |o| {
+            (
+                o.landed.clone(),
+                Some(o.sha256_before.clone()),
+                o.sha256.clone(),
+            )
+        })
     }
 
     /// ListDir.
