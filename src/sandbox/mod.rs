@@ -328,7 +328,7 @@ impl Sandbox {
     async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
-            Some((c, LinkState::Up(link))) if c == container && link.is_alive() => {
+            Some((c, LinkState::Up(link))) if c == container && link.confirm_alive().await => {
                 return Ok(Arc::clone(link));
             }
             Some((c, LinkState::Unavailable(since)))

@@ -65,6 +65,9 @@ pub struct Link {
     routes: Routes,
     next_id: AtomicU64,
     alive: Arc<AtomicBool>,
+    /// For a stdio-framed link, the supervisor's exec and its engine: its
+    /// stream may outlive a dead container, so life is asked of the engine.
+    watched: Option<(String, Arc<dyn Runtime>)>,
 }
 
 impl std::fmt::Debug for Link {
@@ -183,18 +186,15 @@ impl Link {
                 .unwrap_or_else(|e| e.into_inner())
                 .clear();
         });
-        if socket_dir.is_none() {
+        let watched = socket_dir.is_none().then(|| (exec, Arc::clone(rt)));
+        if let Some((exec, rt)) = watched.clone() {
             // A socket closes when its container dies; an attached exec
             // stream may not (gVisor): watch the exec itself.
-            let (rt, alive, routes) = (Arc::clone(rt), Arc::clone(&alive), Arc::clone(&routes));
+            let (alive, routes) = (Arc::clone(&alive), Arc::clone(&routes));
             tokio::spawn(async move {
                 while alive.load(Ordering::SeqCst) {
                     tokio::time::sleep(WATCH_INTERVAL).await;
-                    let gone = match rt.exec_state(&exec).await {
-                        Ok(super::ExecState::Running) | Err(Error::Connect(_)) => false,
-                        Ok(super::ExecState::Exited(_)) | Err(_) => true,
-                    };
-                    if gone {
+                    if exec_gone(rt.as_ref(), &exec).await {
                         alive.store(false, Ordering::SeqCst);
                         routes.lock().unwrap_or_else(|e| e.into_inner()).clear();
                     }
@@ -207,6 +207,7 @@ impl Link {
                 routes,
                 next_id: AtomicU64::new(1),
                 alive,
+                watched,
             }),
             _ => Err(Error::StartExec("the supervisor did not start".into())),
         }
@@ -215,6 +216,22 @@ impl Link {
     /// Whether the supervisor is still connected.
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Like [`Link::is_alive`], but a stdio-framed link asks the engine now
+    /// (its watcher looks only once a second), so a command is not handed
+    /// to a supervisor that died with its container.
+    pub async fn confirm_alive(&self) -> bool {
+        if !self.is_alive() {
+            return false;
+        }
+        match &self.watched {
+            Some((exec, rt)) if exec_gone(rt.as_ref(), exec).await => {
+                self.alive.store(false, Ordering::SeqCst);
+                false
+            }
+            _ => true,
+        }
     }
 
     async fn send(&self, req: frames::Request) -> Result<(), Error> {
@@ -395,5 +412,14 @@ impl Supervised {
         if let Err(e) = self.rt.kill_container(&self.container).await {
             tracing::warn!(container = %self.container, error = %e, "cannot kill container");
         }
+    }
+}
+
+/// Whether the engine says exec `exec` has ended (an unreachable engine
+/// tells nothing, so it is not taken as an end).
+async fn exec_gone(rt: &dyn Runtime, exec: &str) -> bool {
+    match rt.exec_state(exec).await {
+        Ok(super::ExecState::Running) | Err(Error::Connect(_)) => false,
+        Ok(super::ExecState::Exited(_)) | Err(_) => true,
     }
 }
