@@ -23,13 +23,14 @@ use serde::Serialize;
 
 use crate::sandbox::{ExitReport, KilledBy};
 
-/// Entries (and writes, commands, refusals) kept per session; older ones
-/// are dropped and counted.
-pub const MAX_KEPT: usize = 10_000;
+/// Entries (and writes, commands, refusals) kept in memory per session;
+/// older ones are dropped and counted (the JSON-lines file keeps them all).
+/// Bounds a session's journal to a few MB at worst.
+pub const MAX_KEPT: usize = 2_000;
 /// Characters of a call's summary kept.
 const MAX_SUMMARY_CHARS: usize = 240;
 /// Characters of a command line kept in its record.
-const MAX_COMMAND_CHARS: usize = 4096;
+const MAX_COMMAND_CHARS: usize = 1024;
 
 /// One call.
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +87,7 @@ pub struct FileWrite {
 pub struct CommandRecord {
     /// Order within the session (taken when it started).
     pub seq: u64,
-    /// The command line (its first 4096 characters).
+    /// The command line (its first 1024 characters).
     pub command: String,
     /// Working directory in the container.
     pub cwd: String,

@@ -2,7 +2,9 @@
 //! safely. It applies exact-match edits to a workspace directory and (in the
 //! sandbox layer) runs commands in throwaway, no-network containers.
 //!
-//! Layers, one way: `service` (wire) -> `session` -> `workspace` (host files).
+//! Layers, one way: `service` (wire) -> `session` -> `workspace` (host files)
+//! and `sandbox` (containers). `session` holds each session's `policy` (the
+//! one place deciding what it may write and run) and its audit `journal`.
 //! Only `service` and `convert` see generated `pb` types; `error` holds the
 //! one mapping from domain errors to gRPC statuses.
 
