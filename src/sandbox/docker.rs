@@ -456,14 +456,21 @@ fn cgroup_oom_kills(id: &str) -> Option<u64> {
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let candidates = [
-        format!("/sys/fs/cgroup/memory/docker/{id}/memory.oom_control"),
-        format!("/sys/fs/cgroup/memory/system.slice/docker-{id}.scope/memory.oom_control"),
-        format!("/sys/fs/cgroup/docker/{id}/memory.events"),
-        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.events"),
+    // (before the id, after it): cgroup v1 and v2, cgroupfs and systemd.
+    const CANDIDATES: [(&str, &str); 4] = [
+        ("/sys/fs/cgroup/memory/docker/", "/memory.oom_control"),
+        (
+            "/sys/fs/cgroup/memory/system.slice/docker-",
+            ".scope/memory.oom_control",
+        ),
+        ("/sys/fs/cgroup/docker/", "/memory.events"),
+        (
+            "/sys/fs/cgroup/system.slice/docker-",
+            ".scope/memory.events",
+        ),
     ];
-    candidates.iter().find_map(|path| {
-        let text = std::fs::read_to_string(path).ok()?;
+    CANDIDATES.iter().find_map(|(before, after)| {
+        let text = std::fs::read_to_string(format!("{before}{id}{after}")).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("oom_kill "))
             .and_then(|n| n.trim().parse().ok())

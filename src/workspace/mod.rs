@@ -478,18 +478,20 @@ impl Workspace {
             let policy = Arc::clone(policy);
             blocking(move || {
                 // A denied path is refused as such even when it does not
-                // exist; decided again under the lock.
-                let landing = inner
-                    .root
-                    .landing(&rel)
-                    .map_err(|e| Error::from_io("resolve", &rel, e))?;
+                // exist; decided again under the lock. An existing file is
+                // resolved once: its real path is where it lands.
+                let resolve = |e| Error::from_io("resolve", &rel, e);
+                let (landing, real) = match inner.root.real(&rel) {
+                    Ok(real) => (real.clone(), Ok(real)),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        (inner.root.landing(&rel).map_err(resolve)?, Err(resolve(e)))
+                    }
+                    Err(e) => return Err(resolve(e)),
+                };
                 policy
                     .check_write("EditFile", landing.as_str())
                     .map_err(Error::Denied)?;
-                inner
-                    .root
-                    .real(&rel)
-                    .map_err(|e| Error::from_io("resolve", &rel, e))
+                real
             })
             .await?
         };
