@@ -90,6 +90,10 @@ enum Command {
         /// Unix socket of the service to connect to (default: stdio).
         #[arg(long)]
         connect: Option<PathBuf>,
+        /// "uid:gid" the commands run as (the supervisor itself runs as
+        /// root, out of their reach).
+        #[arg(long)]
+        user: Option<String>,
     },
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
@@ -254,6 +258,19 @@ enum SessionCommand {
         /// Extra regular expression the slip guard refuses (repeatable).
         #[arg(long = "guard-pattern")]
         guard_patterns: Vec<String>,
+        /// Disk quota of a fresh workspace, in bytes (0: server default).
+        #[arg(long, default_value_t = 0)]
+        disk_bytes: u64,
+        /// Most files and directories in a fresh workspace (0: server default).
+        #[arg(long, default_value_t = 0)]
+        inodes: u64,
+    },
+    /// Kill the session's sandbox and start a fresh one over the same
+    /// workspace (default: --session): clears anything left running, such
+    /// as a fork bomb or a forgotten server.
+    Reset {
+        /// Session id.
+        id: Option<String>,
     },
     /// Show a session (default: --session).
     Get {
@@ -298,9 +315,12 @@ struct ServeArgs {
     /// (<dir>/<session id>.jsonl), for external audit.
     #[arg(long, env = "SANDBOXD_JOURNAL_DIR")]
     journal_dir: Option<PathBuf>,
-    /// Directory for fresh workspaces (default: <tmp>/sandboxd/workspaces).
-    #[arg(long, env = "SANDBOXD_WORKSPACE_DIR")]
-    workspace_dir: Option<PathBuf>,
+    /// The service's private state directory: fresh workspaces, pins of
+    /// lent directories, supervisor sockets (default:
+    /// /var/lib/sandboxd/<service name> for root). Made 0700 if missing;
+    /// the service refuses to start if another user could change it.
+    #[arg(long, env = "SANDBOXD_STATE_DIR")]
+    state_dir: Option<PathBuf>,
     /// Existing directories under this root may be used as workspaces
     /// (repeatable, or comma-separated in the environment).
     #[arg(
@@ -331,6 +351,11 @@ struct ServeArgs {
     /// Image for sessions that name none (default: the built-in recipe's).
     #[arg(long, env = "SANDBOXD_IMAGE")]
     image: Option<String>,
+    /// A further image sessions may name (repeatable, or comma-separated
+    /// in the environment); the default image is always allowed, any other
+    /// is refused with IMAGE_NOT_ALLOWED.
+    #[arg(long = "allow-image", env = "SANDBOXD_ALLOW_IMAGES", value_delimiter = ',')]
+    allow_images: Vec<String>,
     /// Container runtime, e.g. runsc for gVisor (default: the engine's).
     #[arg(long, env = "SANDBOXD_CONTAINER_RUNTIME")]
     container_runtime: Option<String>,
@@ -364,6 +389,20 @@ struct ServeArgs {
     /// Ceiling on a session's process limit.
     #[arg(long, env = "SANDBOXD_MAX_PIDS", default_value_t = 4096)]
     max_pids: u64,
+    /// Disk quota of a fresh workspace when the session asks for none, in
+    /// bytes (each fresh workspace is its own filesystem of this size).
+    #[arg(long, env = "SANDBOXD_DISK_BYTES", default_value_t = 8 << 30)]
+    disk_bytes: u64,
+    /// Ceiling on a session's disk quota, in bytes.
+    #[arg(long, env = "SANDBOXD_MAX_DISK_BYTES", default_value_t = 64 << 30)]
+    max_disk_bytes: u64,
+    /// Files and directories a fresh workspace may hold when the session
+    /// asks for no other number.
+    #[arg(long, env = "SANDBOXD_INODES", default_value_t = 1 << 20)]
+    inodes: u64,
+    /// Ceiling on a session's inode quota.
+    #[arg(long, env = "SANDBOXD_MAX_INODES", default_value_t = 16 << 20)]
+    max_inodes: u64,
     /// Size of each container's /tmp tmpfs, in bytes.
     #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = 256 << 20)]
     tmp_bytes: u64,
@@ -409,7 +448,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },
-        Command::Supervise { connect } => sandboxd::sandbox::supervise::supervise(connect)
+        Command::Supervise { connect, user } => sandboxd::sandbox::supervise::supervise(connect, user)
             .await
             .map(|()| ExitCode::SUCCESS)
             .map_err(Into::into),
@@ -443,13 +482,10 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let workspace_dir = args.workspace_dir.unwrap_or_else(|| {
-        std::env::temp_dir()
-            .join("sandboxd")
-            .join(&args.service_name)
-            .join("workspaces")
-    });
-    let mut config = Config::new(workspace_dir);
+    let state_dir = args
+        .state_dir
+        .unwrap_or_else(|| sandboxd::state::StateDir::default_path(&args.service_name));
+    let mut config = Config::new(state_dir);
     config.allowed_roots = args.allow_roots;
     config.default_ttl = Duration::from_secs(args.default_ttl);
     config.max_ttl = Duration::from_secs(args.max_ttl);
@@ -461,27 +497,27 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
     if let Some(image) = args.image {
         sandbox.default_image = image;
     }
+    sandbox.allowed_images = args.allow_images;
     sandbox.runtime = args.container_runtime;
     sandbox.default_limits = Limits {
         memory_bytes: args.memory_bytes,
         nano_cpus: args.nano_cpus,
         pids: args.pids,
+        disk_bytes: args.disk_bytes,
+        inodes: args.inodes,
     };
     sandbox.max_limits = Limits {
         memory_bytes: args.max_memory_bytes,
         nano_cpus: args.max_nano_cpus,
         pids: args.max_pids,
+        disk_bytes: args.max_disk_bytes,
+        inodes: args.max_inodes,
     };
     sandbox.tmp_bytes = args.tmp_bytes;
     sandbox.pool_size = args.pool_size;
     if args.exec_mode == "supervisor" {
         sandbox.supervisor = Some(std::env::current_exe()?);
-        sandbox.socket_root = Some(
-            std::env::temp_dir()
-                .join("sandboxd")
-                .join(&args.service_name)
-                .join("run"),
-        );
+        sandbox.socket_link = true;
     }
     sandbox.default_timeout = Duration::from_millis(args.default_timeout_ms);
     sandbox.max_timeout = Duration::from_millis(args.max_timeout_ms);
@@ -739,11 +775,18 @@ async fn client(
             deny_writes,
             allow_writes,
             guard_patterns,
+            disk_bytes,
+            inodes,
         }) => c
             .create_session(pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
                 image,
+                limits: (disk_bytes != 0 || inodes != 0).then_some(pb::Limits {
+                    disk_bytes,
+                    inodes,
+                    ..Default::default()
+                }),
                 policy: Some(pb::Policy {
                     read_only,
                     deny_writes,
@@ -773,6 +816,12 @@ async fn client(
                     println!("{}  {}", s.session_id, s.workspace_path);
                 }
             })
+        }
+        Command::Session(SessionCommand::Reset { id }) => {
+            let session_id = id.map_or_else(need_session, Ok)?;
+            c.reset_sandbox(pb::ResetSandboxRequest { session_id })
+                .await
+                .map(|r| println!("{}", r.into_inner().message))
         }
         Command::Session(SessionCommand::Close { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;

@@ -205,6 +205,8 @@ impl From<pb::Limits> for sandbox::Limits {
             memory_bytes: l.memory_bytes,
             nano_cpus: l.nano_cpus,
             pids: l.pids,
+            disk_bytes: l.disk_bytes,
+            inodes: l.inodes,
         }
     }
 }
@@ -215,6 +217,18 @@ impl From<sandbox::Limits> for pb::Limits {
             memory_bytes: l.memory_bytes,
             nano_cpus: l.nano_cpus,
             pids: l.pids,
+            disk_bytes: l.disk_bytes,
+            inodes: l.inodes,
+        }
+    }
+}
+
+impl From<crate::session::Reset> for pb::ResetSandboxResponse {
+    fn from(r: crate::session::Reset) -> Self {
+        pb::ResetSandboxResponse {
+            session_id: r.id,
+            container_id: r.container_id,
+            message: r.message,
         }
     }
 }
@@ -279,6 +293,8 @@ impl From<Event> for pb::RunCommandEvent {
                 stderr: Some(r.stderr.into()),
                 cancelled: r.cancelled,
                 oom_killed: r.oom_killed,
+                pids_exhausted: r.pids_exhausted,
+                notes: r.notes,
             }),
         };
         pb::RunCommandEvent { event: Some(event) }

@@ -74,6 +74,8 @@ pub mod reason {
     pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
     pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
     pub const IMAGE_NOT_FOUND: &str = "IMAGE_NOT_FOUND";
+    pub const IMAGE_NOT_ALLOWED: &str = "IMAGE_NOT_ALLOWED";
+    pub const WORKSPACE_GONE: &str = "WORKSPACE_GONE";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
@@ -635,6 +637,62 @@ fn session_status(err: &session::Error) -> Described {
             ),
             &[("field", field.to_string())],
         ),
+        S::ImageNotAllowed { image, allowed } => status(
+            Code::PermissionDenied,
+            reason::IMAGE_NOT_ALLOWED,
+            format!(
+                "Image {image} is not one the operator allows for sessions (allowed: {}). No session was \
+                 created. Leave image empty for the default, or ask the operator to allow it \
+                 (serve --allow-image).",
+                allowed.join(", ")
+            ),
+            &[("image", image.clone())],
+        ),
+        S::Volume(e) => volume_status(e),
+    }
+}
+
+fn volume_status(err: &crate::volume::Error) -> Described {
+    use crate::volume::Error as V;
+    match err {
+        V::NotPrivate { path } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{} is reachable by other users of this host, so a file a command marked set-user-id \
+                 there could be run by them. No session was created. Make the directory (or one above \
+                 it) private to its owner, e.g. chmod 700, then retry.",
+                path.display()
+            ),
+            &[("path", path.display().to_string())],
+        ),
+        V::CannotPin => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            "Existing directories can be lent to sessions only when the service runs as root (it pins \
+             each one with a mount, so later renames cannot change what containers see). No session \
+             was created. Omit workspace_path for a fresh workspace."
+                .to_string(),
+            &[],
+        ),
+        V::Gone(why) => status(
+            Code::FailedPrecondition,
+            reason::WORKSPACE_GONE,
+            format!(
+                "The session's workspace is gone ({why}). Nothing was run. Close the session and create \
+                 a new one."
+            ),
+            &[],
+        ),
+        e @ (V::State(_) | V::Create(_) | V::Pin(_)) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The service could not prepare the workspace: {e}. No session was created. Retry later \
+                 or tell the operator."
+            ),
+            &[],
+        ),
     }
 }
 
@@ -650,7 +708,17 @@ fn sandbox_status(err: &sandbox::Error) -> Described {
             ),
             &[("image", image.clone())],
         ),
+        X::WorkspaceGone(why) => status(
+            Code::FailedPrecondition,
+            reason::WORKSPACE_GONE,
+            format!(
+                "The session's workspace is gone ({why}). No container was started over it and \
+                 nothing was run. Close the session and create a new one."
+            ),
+            &[],
+        ),
         e @ (X::Connect(_)
+        | X::LinkLost
         | X::BuildImage { .. }
         | X::StartContainer(_)
         | X::StartExec(_)

@@ -476,6 +476,8 @@ mod tests {
             cancelled: false,
             killed_by: KilledBy::None,
             oom_killed: false,
+            pids_exhausted: false,
+            notes: Vec::new(),
             duration: Duration::from_millis(5),
             stdout: Captured::default(),
             stderr: Captured::default(),

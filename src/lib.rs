@@ -17,6 +17,8 @@ pub mod pb;
 pub mod policy;
 pub mod sandbox;
 pub mod server;
+pub mod state;
 pub mod service;
 pub mod session;
+pub mod volume;
 pub mod workspace;

@@ -36,10 +36,10 @@ impl Local {
         tweak: impl FnOnce(&mut Config),
     ) -> Result<Local, AnyError> {
         let state = tempfile::tempdir()?;
-        let mut config = Config::new(state.path().join("workspaces"));
+        let mut config = Config::new(state.path().join("state"));
         config.sandbox = SandboxConfig::new(&format!("sandboxd-{name}-{}", std::process::id()));
         config.sandbox.supervisor = Some(std::env::current_exe()?);
-        config.sandbox.socket_root = Some(state.path().join("run"));
+        config.sandbox.socket_link = true;
         config.sandbox.pool_size = pool_size;
         tweak(&mut config);
         let docker = Arc::new(DockerRuntime::new(None));

@@ -63,6 +63,15 @@ impl Sandbox for SandboxService {
         Ok(Response::new(closed.into()))
     }
 
+    async fn reset_sandbox(
+        &self,
+        req: Request<pb::ResetSandboxRequest>,
+    ) -> Reply<pb::ResetSandboxResponse> {
+        let session = self.registry.get(&req.into_inner().session_id)?;
+        let reset = session.reset_sandbox().await?;
+        Ok(Response::new(reset.into()))
+    }
+
     async fn read_file(&self, req: Request<pb::ReadFileRequest>) -> Reply<pb::ReadFileResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;

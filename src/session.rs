@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tempfile::TempDir;
 use tokio::sync::mpsc;
 
 use crate::error::describe;
@@ -17,6 +16,8 @@ use crate::journal::{Journal, Report};
 use crate::policy::{CommandDenied, Denial, InvalidRules, Policy, Rules};
 use crate::sandbox::guard::{Refusal, SlipGuard};
 use crate::sandbox::{self, CommandSpec, ContainerSpec, Event, Runtime, Sandbox, labels};
+use crate::state::StateDir;
+use crate::volume::{Quota, Volume, Volumes};
 use crate::workspace::lock::PathLocks;
 use crate::workspace::{
     CreateOutput, EditOutput, EditSpec, FindOutput, Limits, ListOutput, ReadOutput, SearchOutput,
@@ -79,6 +80,17 @@ pub enum Error {
     /// The journal file cannot be opened.
     #[error("cannot open the journal: {0}")]
     Journal(io::Error),
+    /// The image is not one the operator allows.
+    #[error("image {image} is not allowed")]
+    ImageNotAllowed {
+        /// The image asked for.
+        image: String,
+        /// The images the operator allows.
+        allowed: Vec<String>,
+    },
+    /// The workspace volume cannot be made or pinned.
+    #[error(transparent)]
+    Volume(#[from] crate::volume::Error),
     /// A request field is malformed.
     #[error("invalid {field}: {why}")]
     InvalidArgument {
@@ -89,11 +101,28 @@ pub enum Error {
     },
 }
 
+/// Why the registry cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The state directory or its volumes cannot be used.
+    #[error(transparent)]
+    Volumes(#[from] crate::volume::Error),
+    /// An allowed root does not exist.
+    #[error("allowed root {root}: {source}")]
+    AllowedRoot {
+        /// The root as configured.
+        root: PathBuf,
+        /// Why it cannot be resolved.
+        source: io::Error,
+    },
+}
+
 /// Operator settings for sessions.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Directory under which fresh workspaces are created.
-    pub workspace_dir: PathBuf,
+    /// The service's private state directory (fresh workspaces, pins,
+    /// supervisor sockets); created 0700 if missing, refused if unsafe.
+    pub state_dir: PathBuf,
     /// Existing host directories may be used as workspaces only under these.
     pub allowed_roots: Vec<PathBuf>,
     /// Idle timeout when the request says 0.
@@ -115,8 +144,10 @@ pub struct Config {
 /// Operator settings for containers and commands.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
-    /// Image when the request names none.
+    /// Image when the request names none (always allowed).
     pub default_image: String,
+    /// Further images sessions may name; any other is refused.
+    pub allowed_images: Vec<String>,
     /// "uid:gid" for containers when the workspace is owned by root.
     pub default_user: (u32, u32),
     /// Limits when the request gives none.
@@ -149,10 +180,10 @@ pub struct SandboxConfig {
     pub supervisor: Option<PathBuf>,
     /// Warm containers kept ready for new fresh-workspace sessions.
     pub pool_size: usize,
-    /// Host directory under which each container gets the socket its
-    /// supervisor connects to (Docker on this host only); `None` relays
-    /// frames over the supervisor exec's stdio instead.
-    pub socket_root: Option<PathBuf>,
+    /// The supervisor connects to a socket the service listens on (Docker
+    /// on this host only); otherwise frames travel over the supervisor
+    /// exec's stdio.
+    pub socket_link: bool,
 }
 
 impl SandboxConfig {
@@ -160,16 +191,21 @@ impl SandboxConfig {
     pub fn new(service: &str) -> SandboxConfig {
         SandboxConfig {
             default_image: sandbox::image::default_image(),
+            allowed_images: Vec::new(),
             default_user: (1000, 1000),
             default_limits: sandbox::Limits {
                 memory_bytes: 1 << 30,
                 nano_cpus: 1_000_000_000,
                 pids: 256,
+                disk_bytes: 8 << 30,
+                inodes: 1 << 20,
             },
             max_limits: sandbox::Limits {
                 memory_bytes: 8 << 30,
                 nano_cpus: 2_000_000_000,
                 pids: 4096,
+                disk_bytes: 64 << 30,
+                inodes: 16 << 20,
             },
             tmp_bytes: 256 << 20,
             runtime: None,
@@ -183,7 +219,7 @@ impl SandboxConfig {
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
             pool_size: 0,
-            socket_root: None,
+            socket_link: false,
             default_env: BTreeMap::from([
                 ("HOME".to_string(), "/tmp".to_string()),
                 ("LANG".to_string(), "C.UTF-8".to_string()),
@@ -197,11 +233,11 @@ impl SandboxConfig {
 }
 
 impl Config {
-    /// Defaults suitable for one machine: workspaces under the system temp
-    /// directory, no existing directories allowed.
-    pub fn new(workspace_dir: PathBuf) -> Self {
+    /// Defaults suitable for one machine, with state in `state_dir`; no
+    /// existing directories allowed.
+    pub fn new(state_dir: PathBuf) -> Self {
         Config {
-            workspace_dir,
+            state_dir,
             allowed_roots: Vec::new(),
             default_ttl: Duration::from_secs(3600),
             max_ttl: Duration::from_secs(24 * 3600),
@@ -264,8 +300,11 @@ pub struct Session {
     /// Environment of every command of the session (over the container's).
     env: BTreeMap<String, String>,
     sandbox_status: Mutex<Option<String>>,
-    owned: Mutex<Option<TempDir>>,
+    /// The workspace as containers mount it; taken at close.
+    volume: Mutex<Option<Volume>>,
     owns_workspace: bool,
+    /// Commands running now: a session with one is never idle.
+    running: std::sync::atomic::AtomicUsize,
     ttl: Duration,
     created: SystemTime,
     last_used: Mutex<(Instant, SystemTime)>,
@@ -296,6 +335,17 @@ pub struct Info {
     pub sandbox_status: Option<String>,
     /// The policy rules in force.
     pub rules: Rules,
+}
+
+/// What resetting a session's sandbox did.
+#[derive(Debug, Clone)]
+pub struct Reset {
+    /// The session's id (unchanged).
+    pub id: String,
+    /// The fresh container.
+    pub container_id: String,
+    /// One-line summary.
+    pub message: String,
 }
 
 /// What closing a session did.
@@ -374,6 +424,31 @@ impl Session {
         let told = describe(e);
         self.journal
             .refused(tool, summary, started, told.reason, told.message);
+    }
+
+    /// ResetSandbox: kills the container (and everything left running in
+    /// it) and starts a fresh one over the same workspace.
+    pub async fn reset_sandbox(&self) -> Result<Reset, crate::error::Error> {
+        let started = Instant::now();
+        let result = match self.policy.check_mutation("ResetSandbox") {
+            Ok(()) => self.sandbox.reset(true).await.map_err(Into::into),
+            Err(denial) => Err(Error::Denied(denial).into()),
+        };
+        let result = result.map(|container| {
+            let container_id = container.unwrap_or_default();
+            self.set_sandbox_status(None);
+            Reset {
+                id: self.id.clone(),
+                message: format!(
+                    "the sandbox was reset: container {} replaced the old one, whose processes are gone; the workspace is unchanged",
+                    &container_id[..container_id.len().min(12)]
+                ),
+                container_id,
+            }
+        });
+        self.journaled("ResetSandbox", "", started, result, |r| {
+            r.container_id.clone()
+        })
     }
 
     /// ReadFile.
@@ -559,20 +634,27 @@ pub struct Registry {
     config: Config,
     runtime: Arc<dyn Runtime>,
     locks: Arc<PathLocks>,
+    volumes: Arc<Volumes>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     pool: Arc<Pool>,
 }
 
 impl Registry {
-    /// A registry creating fresh workspaces under `config.workspace_dir`
-    /// (made if missing).
-    pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> io::Result<Registry> {
-        std::fs::create_dir_all(&config.workspace_dir)?;
+    /// A registry keeping its state in `config.state_dir` (made if
+    /// missing, refused if another user could change it).
+    pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> Result<Registry, StartError> {
+        let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
+        let volumes = Arc::new(Volumes::open(&state)?);
         let allowed_roots = config
             .allowed_roots
             .iter()
-            .map(std::fs::canonicalize)
-            .collect::<io::Result<Vec<_>>>()?;
+            .map(|root| {
+                std::fs::canonicalize(root).map_err(|source| StartError::AllowedRoot {
+                    root: root.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Registry {
             config: Config {
                 allowed_roots,
@@ -580,6 +662,7 @@ impl Registry {
             },
             runtime,
             locks: Arc::new(PathLocks::default()),
+            volumes,
             sessions: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
         })
@@ -599,7 +682,7 @@ impl Registry {
             }
             .into());
         }
-        let limits = self.limits(req.limits)?;
+        let limits = self.limits(req.limits, req.workspace_path.is_some())?;
         check_env("env", &req.env)?;
         let policy = Arc::new(
             Policy::new(
@@ -615,6 +698,11 @@ impl Registry {
         };
         let cfg = &self.config.sandbox;
         let image = req.image.unwrap_or_else(|| cfg.default_image.clone());
+        if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
+            let mut allowed = vec![cfg.default_image.clone()];
+            allowed.extend(cfg.allowed_images.iter().cloned());
+            return Err(Error::ImageNotAllowed { image, allowed }.into());
+        }
         let warm = (req.workspace_path.is_none()
             && image == cfg.default_image
             && limits == cfg.default_limits)
@@ -624,7 +712,7 @@ impl Registry {
         let Prepared {
             id,
             workspace,
-            dir,
+            volume,
             sandbox,
         } = match warm {
             Some(warm) => warm,
@@ -633,6 +721,7 @@ impl Registry {
                     &self.config,
                     &self.runtime,
                     &self.locks,
+                    &self.volumes,
                     req.workspace_path,
                     image,
                     limits,
@@ -641,7 +730,7 @@ impl Registry {
             }
         };
         if pooled {
-            self.pool.fill(&self.config, &self.runtime, &self.locks);
+            self.fill_pool();
         }
         let journal = match Journal::new(&id, self.config.journal_dir.as_deref()) {
             Ok(journal) => journal,
@@ -649,13 +738,14 @@ impl Registry {
                 discard(Prepared {
                     id,
                     workspace,
-                    dir,
+                    volume,
                     sandbox,
                 })
                 .await;
                 return Err(Error::Journal(e).into());
             }
         };
+        let owns_workspace = volume.owns_workspace();
         let now = SystemTime::now();
         let session = Arc::new(Session {
             id,
@@ -665,8 +755,9 @@ impl Registry {
             journal,
             env: req.env,
             sandbox_status: Mutex::new(None),
-            owns_workspace: dir.is_some(),
-            owned: Mutex::new(dir),
+            owns_workspace,
+            volume: Mutex::new(Some(volume)),
+            running: std::sync::atomic::AtomicUsize::new(0),
             ttl,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
@@ -682,7 +773,7 @@ impl Registry {
         };
         if !admitted {
             let _ = session.sandbox.close().await;
-            remove_workspace(&session).await;
+            remove_volume(&session).await;
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
             }
@@ -713,9 +804,10 @@ impl Registry {
         Ok(info)
     }
 
-    /// Container limits for a request: defaults for zero fields, refused
-    /// above the ceilings.
-    fn limits(&self, asked: sandbox::Limits) -> Result<sandbox::Limits, Error> {
+    /// Limits for a request: defaults for zero fields, refused above the
+    /// ceilings. A lent directory has no disk quota (it is not the
+    /// service's filesystem), and asking for one there is refused.
+    fn limits(&self, asked: sandbox::Limits, lent: bool) -> Result<sandbox::Limits, Error> {
         let cfg = &self.config.sandbox;
         let pick = |what: &'static str, asked: u64, default: u64, max: u64| match asked {
             0 => Ok(default),
@@ -745,6 +837,39 @@ impl Registry {
                 cfg.default_limits.pids,
                 cfg.max_limits.pids,
             )?,
+            disk_bytes: pick(
+                "disk_bytes",
+                asked.disk_bytes,
+                cfg.default_limits.disk_bytes,
+                cfg.max_limits.disk_bytes,
+            )?
+            .max(crate::volume::MIN_DISK_BYTES),
+            inodes: pick(
+                "inodes",
+                asked.inodes,
+                cfg.default_limits.inodes,
+                cfg.max_limits.inodes,
+            )?
+            .max(crate::volume::MIN_INODES),
+        })
+        .and_then(|limits| {
+            if !lent {
+                return Ok(limits);
+            }
+            if asked.disk_bytes != 0 || asked.inodes != 0 {
+                return Err(Error::InvalidArgument {
+                    field: "limits",
+                    why: "disk_bytes and inodes apply to fresh workspaces only: an existing \
+                          directory lives on the host's own filesystem, which the service \
+                          does not size; leave them 0"
+                        .into(),
+                });
+            }
+            Ok(sandbox::Limits {
+                disk_bytes: 0,
+                inodes: 0,
+                ..limits
+            })
         })
     }
 
@@ -780,7 +905,7 @@ impl Registry {
         if let Err(e) = session.sandbox.close().await {
             tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
         }
-        let workspace_removed = remove_workspace(&session).await;
+        let workspace_removed = remove_volume(&session).await;
         tracing::info!(session = %id, workspace_removed, "session closed");
         let detail = if workspace_removed {
             "workspace removed"
@@ -817,6 +942,7 @@ impl Registry {
         };
         let cwd = spec.cwd.clone();
         let seq = session.journal.next_seq();
+        let busy = Busy::new(&session);
         let running = match session.sandbox.start(spec).await {
             Ok(running) => {
                 session.set_sandbox_status(None);
@@ -837,6 +963,7 @@ impl Registry {
                 .journal
                 .command(seq, &command, &cwd, started, &report);
             session.sandbox.finished(&container, &report).await;
+            drop(busy);
         });
         Ok(rx)
     }
@@ -914,33 +1041,12 @@ impl Registry {
     }
 
     /// Removes what an earlier instance of this service leaked: containers
-    /// labelled with our service name but another instance id, and stale
-    /// fresh workspaces. Returns the number of containers removed.
+    /// labelled with our service name but another instance id, then the
+    /// workspaces, pins and sockets no live session uses. Returns the
+    /// number of containers removed.
     pub async fn sweep_leaked(&self) -> Result<usize, crate::error::Error> {
         let cfg = &self.config.sandbox;
-        let live: Vec<PathBuf> = self
-            .table()
-            .values()
-            .map(|s| s.workspace.host_path().to_path_buf())
-            .collect();
-        let live_ids: Vec<String> = self.table().keys().cloned().collect();
-        let dir = self.config.workspace_dir.clone();
-        let sockets = cfg.socket_root.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            remove_stale_workspaces(&dir, &live);
-            // Socket directories are named after their session.
-            if let Some(root) = sockets
-                && let Ok(entries) = std::fs::read_dir(&root)
-            {
-                for entry in entries.flatten() {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    if !live_ids.contains(&name) {
-                        let _ = std::fs::remove_dir_all(entry.path());
-                    }
-                }
-            }
-        })
-        .await;
+        // Containers first: a volume is unmounted only once nothing uses it.
         let removed = self
             .runtime
             .remove_labelled(
@@ -953,15 +1059,32 @@ impl Registry {
         if removed > 0 {
             tracing::info!(removed, "removed containers leaked by an earlier instance");
         }
+        self.sweep_volumes().await;
         Ok(removed)
+    }
+
+    /// Removes the workspaces, pins and sockets no live or pooled session
+    /// uses (left by an earlier instance that died).
+    pub async fn sweep_volumes(&self) {
+        let mut live: Vec<String> = self.table().keys().cloned().collect();
+        live.extend(self.pool.ids());
+        let volumes = Arc::clone(&self.volumes);
+        let swept = tokio::task::spawn_blocking(move || volumes.sweep(&live)).await;
+        if let Ok(n) = swept
+            && n > 0
+        {
+            tracing::info!(removed = n, "removed stale workspaces");
+        }
     }
 
     /// Closes every session idle past its TTL; returns their ids.
     pub async fn reap_expired(&self) -> Vec<String> {
         let now = Instant::now();
+        // A running command is activity: its session waits for it to end.
         let expired: Vec<String> = self
             .table()
             .values()
+            .filter(|s| s.running.load(std::sync::atomic::Ordering::SeqCst) == 0)
             .filter(|s| s.idle_for(now) >= s.ttl)
             .map(|s| s.id.clone())
             .collect();
@@ -978,7 +1101,8 @@ impl Registry {
     /// Tops the pool of warm containers up to its configured size, in the
     /// background.
     pub fn fill_pool(&self) {
-        self.pool.fill(&self.config, &self.runtime, &self.locks);
+        self.pool
+            .fill(&self.config, &self.runtime, &self.locks, &self.volumes);
     }
 
     /// Warm containers ready now (for tests and the benchmark).
@@ -999,11 +1123,33 @@ impl Registry {
     }
 }
 
+/// Marks a session busy while one of its commands runs: the idle clock
+/// restarts when the command ends.
+struct Busy(Arc<Session>);
+
+impl Busy {
+    fn new(session: &Arc<Session>) -> Busy {
+        session
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Busy(Arc::clone(session))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A session-to-be: workspace and (not yet started) sandbox.
 struct Prepared {
     id: String,
     workspace: Workspace,
-    dir: Option<TempDir>,
+    volume: Volume,
     sandbox: Sandbox,
 }
 
@@ -1012,25 +1158,49 @@ async fn prepare(
     config: &Config,
     runtime: &Arc<dyn Runtime>,
     locks: &Arc<PathLocks>,
+    volumes: &Arc<Volumes>,
     workspace_path: Option<String>,
     image: String,
     limits: sandbox::Limits,
 ) -> Result<Prepared, Error> {
-    let cfg = config.clone();
-    let locks = Arc::clone(locks);
-    let (workspace, dir) =
-        tokio::task::spawn_blocking(move || open_workspace(&cfg, locks, workspace_path))
-            .await
-            .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
     let id = new_id();
+    let (cfg, locks, ws_volumes, ws_id) = (
+        config.clone(),
+        Arc::clone(locks),
+        Arc::clone(volumes),
+        id.clone(),
+    );
+    let quota = Quota {
+        disk_bytes: limits.disk_bytes,
+        inodes: limits.inodes,
+    };
+    let (workspace, volume) = tokio::task::spawn_blocking(move || {
+        open_workspace(&cfg, locks, &ws_volumes, &ws_id, workspace_path, quota)
+    })
+    .await
+    .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
     let cfg = &config.sandbox;
     let (uid, gid) = match workspace.owner() {
         (0, _) => cfg.default_user,
         owner => owner,
     };
+    // What the session really has: no quota where none is enforced.
+    let limits = match volume.quota() {
+        Some(q) => sandbox::Limits {
+            disk_bytes: q.disk_bytes,
+            inodes: q.inodes,
+            ..limits
+        },
+        None => sandbox::Limits {
+            disk_bytes: 0,
+            inodes: 0,
+            ..limits
+        },
+    };
     let spec = ContainerSpec {
         image,
-        workspace: workspace.host_path().to_path_buf(),
+        workspace: volume.path().to_path_buf(),
+        workspace_identity: Some(volume.identity()),
         user: format!("{uid}:{gid}"),
         env: cfg.default_env.clone(),
         limits,
@@ -1042,12 +1212,14 @@ async fn prepare(
         ]),
         runtime: cfg.runtime.clone(),
         supervisor: cfg.supervisor.clone(),
-        socket_dir: cfg.socket_root.as_ref().map(|root| root.join(&id)),
+        socket_dir: cfg
+            .socket_link
+            .then(|| volumes.socket_root().join(&id)),
     };
     Ok(Prepared {
         id,
         workspace,
-        dir,
+        volume,
         sandbox: Sandbox::new(Arc::clone(runtime), spec),
     })
 }
@@ -1085,6 +1257,16 @@ impl Pool {
         self.ready.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// Ids of the warm entries ready now.
+    fn ids(&self) -> Vec<String> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| p.id.clone())
+            .collect()
+    }
+
     /// Closes the pool for good and returns what was ready. Fills still in
     /// flight clean up after themselves; [`Pool::settled`] waits for them.
     fn drain(&self) -> Vec<Prepared> {
@@ -1105,7 +1287,13 @@ impl Pool {
     }
 
     /// Starts enough background fills to reach the configured size.
-    fn fill(self: &Arc<Self>, config: &Config, runtime: &Arc<dyn Runtime>, locks: &Arc<PathLocks>) {
+    fn fill(
+        self: &Arc<Self>,
+        config: &Config,
+        runtime: &Arc<dyn Runtime>,
+        locks: &Arc<PathLocks>,
+        volumes: &Arc<Volumes>,
+    ) {
         use std::sync::atomic::Ordering;
         let want = config.sandbox.pool_size;
         loop {
@@ -1123,16 +1311,17 @@ impl Pool {
             {
                 continue;
             }
-            let (pool, config, runtime, locks) = (
+            let (pool, config, runtime, locks, volumes) = (
                 Arc::clone(self),
                 config.clone(),
                 Arc::clone(runtime),
                 Arc::clone(locks),
+                Arc::clone(volumes),
             );
             tokio::spawn(async move {
                 let image = config.sandbox.default_image.clone();
                 let limits = config.sandbox.default_limits;
-                match prepare(&config, &runtime, &locks, None, image, limits).await {
+                match prepare(&config, &runtime, &locks, &volumes, None, image, limits).await {
                     Ok(warm) => {
                         let started = warm.sandbox.ensure().await;
                         if let Err(e) = &started {
@@ -1166,9 +1355,8 @@ async fn discard(warm: Prepared) {
     if let Err(e) = warm.sandbox.close().await {
         tracing::warn!(error = %e, "cannot remove a pooled container");
     }
-    if let Some(dir) = warm.dir {
-        let _ = tokio::task::spawn_blocking(move || dir.close()).await;
-    }
+    let volume = warm.volume;
+    let _ = tokio::task::spawn_blocking(move || volume.remove()).await;
 }
 
 /// Environment names must be non-empty and free of `=` and NUL.
@@ -1186,51 +1374,29 @@ fn check_env(field: &'static str, env: &BTreeMap<String, String>) -> Result<(), 
     Ok(())
 }
 
-/// Removes `ws-*` directories under `dir` that no live session uses.
-fn remove_stale_workspaces(dir: &Path, live: &[PathBuf]) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let stale = entry.file_name().to_string_lossy().starts_with("ws-")
-            && !live
-                .iter()
-                .any(|l| l == &path || std::fs::canonicalize(&path).is_ok_and(|c| &c == l));
-        if stale && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => tracing::info!(path = %path.display(), "removed a stale workspace"),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale workspace")
-                }
-            }
-        }
-    }
-}
-
 fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
 }
 
+/// Opens the workspace of session `id`: a fresh volume, or an existing
+/// directory under an allowed root, pinned for its containers.
 fn open_workspace(
     config: &Config,
     locks: Arc<PathLocks>,
+    volumes: &Volumes,
+    id: &str,
     path: Option<String>,
-) -> Result<(Workspace, Option<TempDir>), Error> {
+    quota: Quota,
+) -> Result<(Workspace, Volume), Error> {
     let Some(path) = path else {
-        let dir = tempfile::Builder::new()
-            .prefix("ws-")
-            .tempdir_in(&config.workspace_dir)
-            .map_err(Error::CreateWorkspace)?;
-        // Commands run as the sandbox user; a fresh workspace is theirs.
-        if rustix::process::geteuid().is_root() {
-            let (uid, gid) = config.sandbox.default_user;
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
-                .map_err(Error::CreateWorkspace)?;
-        }
-        let ws = Workspace::open(dir.path(), locks, config.limits.clone())
-            .map_err(Error::CreateWorkspace)?;
-        return Ok((ws, Some(dir)));
+        let volume = volumes.fresh(id, quota, config.sandbox.default_user)?;
+        return match Workspace::open(volume.path(), locks, config.limits.clone()) {
+            Ok(ws) => Ok((ws, volume)),
+            Err(e) => {
+                let _ = volume.remove();
+                Err(Error::CreateWorkspace(e))
+            }
+        };
     };
     let not_allowed = || Error::WorkspaceNotAllowed {
         path: path.clone(),
@@ -1254,26 +1420,29 @@ fn open_workspace(
     {
         return Err(not_allowed());
     }
-    Ok((ws, None))
+    // Containers mount a pin of this very directory, never its path.
+    let volume = volumes.pin(id, ws.root_fd(), ws.host_path())?;
+    Ok((ws, volume))
 }
 
-/// Removes the session's own workspace, if it has one; true when removed.
-async fn remove_workspace(session: &Session) -> bool {
-    let owned = session
-        .owned
+/// Unmounts the session's volume (removing its workspace if the session
+/// owns it); true when a workspace was removed.
+async fn remove_volume(session: &Session) -> bool {
+    let volume = session
+        .volume
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
-    let Some(dir) = owned else { return false };
-    let path = dir.path().to_path_buf();
-    match tokio::task::spawn_blocking(move || dir.close()).await {
-        Ok(Ok(())) => true,
+    let Some(volume) = volume else { return false };
+    let owned = volume.owns_workspace();
+    match tokio::task::spawn_blocking(move || volume.remove()).await {
+        Ok(Ok(())) => owned,
         Ok(Err(e)) => {
-            tracing::warn!(path = %path.display(), error = %e, "cannot remove workspace");
+            tracing::warn!(session = %session.id, error = %e, "cannot remove the workspace volume");
             false
         }
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "workspace removal task failed");
+            tracing::warn!(session = %session.id, error = %e, "workspace removal task failed");
             false
         }
     }

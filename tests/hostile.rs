@@ -93,6 +93,7 @@ fn limits(memory_bytes: u64, nano_cpus: u64, pids: u64) -> pb::CreateSessionRequ
             memory_bytes,
             nano_cpus,
             pids,
+            ..Default::default()
         }),
         ..Default::default()
     }

@@ -4,7 +4,6 @@
 //! is down at startup is picked up once it answers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
@@ -222,16 +221,13 @@ fn build_error(why: String) -> Error {
     }
 }
 
-/// An exclusive lock on a file shared by every sandboxd process.
-fn lock_file() -> std::io::Result<std::fs::File> {
-    let path: PathBuf = std::env::temp_dir().join("sandboxd-image-build.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
-    Ok(file)
+/// An exclusive lock shared by every sandboxd process of this user: a file
+/// in sandboxd's private state root (never in a shared directory such as
+/// /tmp, where another user could plant a link in its place).
+fn lock_file() -> std::io::Result<std::os::fd::OwnedFd> {
+    let root = crate::state::StateDir::open(&crate::state::StateDir::default_root())
+        .map_err(std::io::Error::other)?;
+    root.lock("image-build.lock")
 }
 
 /// Maps a Docker error: transport failures mean the daemon is unreachable;
@@ -293,6 +289,14 @@ impl Runtime for DockerRuntime {
             binds: Some(binds),
             network_mode: Some("none".into()),
             cap_drop: Some(vec!["ALL".into()]),
+            // Only the supervisor (root in the container) holds these;
+            // commands run as another user with none.
+            cap_add: spec.supervisor.as_ref().map(|_| {
+                super::supervisor::SUPERVISOR_CAPS
+                    .iter()
+                    .map(|c| c.to_string())
+                    .collect()
+            }),
             security_opt: Some(vec!["no-new-privileges".into()]),
             readonly_rootfs: Some(true),
             tmpfs: Some(HashMap::from([(
@@ -393,6 +397,11 @@ impl Runtime for DockerRuntime {
         } else {
             ExecState::Exited(info.exit_code)
         })
+    }
+
+    async fn exec_pid(&self, exec: &str) -> Option<i64> {
+        let docker = self.client().await.ok()?;
+        docker.inspect_exec(exec).await.ok()?.pid.filter(|&p| p > 0)
     }
 
     async fn oom_kills(&self, container: &str) -> Option<u64> {

@@ -61,7 +61,7 @@ pub struct Event {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     /// The event.
-    #[prost(oneof = "event::Kind", tags = "2, 4, 5, 6")]
+    #[prost(oneof = "event::Kind", tags = "7, 4, 5, 6")]
     pub kind: Option<event::Kind>,
 }
 
@@ -70,9 +70,12 @@ pub mod event {
     /// What happened.
     #[derive(Clone, PartialEq, prost::Oneof)]
     pub enum Kind {
-        /// The supervisor is up and reading requests.
-        #[prost(bool, tag = "2")]
-        Ready(bool),
+        /// The supervisor is up and reading requests; it carries the
+        /// per-link secret the service handed it out of band, proving the
+        /// frames come from the supervisor the service started. Always the
+        /// first frame.
+        #[prost(string, tag = "7")]
+        Ready(String),
         /// Live stdout text, within the cap.
         #[prost(string, tag = "4")]
         Stdout(String),
@@ -182,6 +185,11 @@ impl Decoder {
     /// Adds bytes read from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes buffered and not yet decoded.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     /// The next complete frame, if one is buffered.

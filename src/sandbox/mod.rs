@@ -66,6 +66,14 @@ pub enum Error {
     /// Listing containers failed.
     #[error("listing containers failed: {0}")]
     ListContainers(String),
+    /// The container's supervisor link died after commands ran there: the
+    /// container can no longer be trusted and must be replaced.
+    #[error("the supervisor link of the container was lost")]
+    LinkLost,
+    /// The workspace's mount no longer holds the session's directory (or
+    /// the directory was removed): no container is started over it.
+    #[error("the workspace is gone: {0}")]
+    WorkspaceGone(String),
 }
 
 /// One chunk of command output.
@@ -92,7 +100,7 @@ pub enum ExecState {
     Exited(Option<i64>),
 }
 
-/// Resource limits of a container.
+/// Resource limits of a session's sandbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Memory ceiling in bytes (swap is not allowed beyond it).
@@ -101,6 +109,11 @@ pub struct Limits {
     pub nano_cpus: u64,
     /// Most processes and threads at once.
     pub pids: u64,
+    /// Bytes the workspace may hold (0: no quota). Enforced by the
+    /// workspace's own filesystem, not by the engine.
+    pub disk_bytes: u64,
+    /// Files and directories the workspace may hold (0: no quota).
+    pub inodes: u64,
 }
 
 /// Everything needed to start a session's container.
@@ -108,8 +121,12 @@ pub struct Limits {
 pub struct ContainerSpec {
     /// Image reference.
     pub image: String,
-    /// Host directory mounted read-write at /workspace.
+    /// Host directory mounted read-write at /workspace: a path the service
+    /// alone controls (see `volume`).
     pub workspace: PathBuf,
+    /// Device and inode the workspace must still have when a container is
+    /// started over it; `None` skips the check.
+    pub workspace_identity: Option<(u64, u64)>,
     /// "uid:gid" the container and its commands run as.
     pub user: String,
     /// Environment of every command.
@@ -168,9 +185,18 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     ) -> Result<(String, OutputStream, InputSink), Error>;
     /// Whether an exec's main process still runs.
     async fn exec_state(&self, exec: &str) -> Result<ExecState, Error>;
+    /// The host pid of an exec's main process, when the engine tells.
+    async fn exec_pid(&self, _exec: &str) -> Option<i64> {
+        None
+    }
     /// How many processes of the container the kernel's OOM killer has
     /// ended so far; `None` when the engine cannot tell.
     async fn oom_kills(&self, _container: &str) -> Option<u64> {
+        None
+    }
+    /// How many forks the container's process limit has refused so far;
+    /// `None` when the engine cannot tell.
+    async fn pids_refusals(&self, _container: &str) -> Option<u64> {
         None
     }
     /// Whether the container ended because the OOM killer struck (for a
@@ -215,37 +241,46 @@ pub struct Sandbox {
 #[derive(Debug, Clone)]
 enum LinkState {
     Up(Arc<supervisor::Link>),
-    /// It could not be started there at this time: commands run as plain
-    /// execs until [`LINK_RETRY`] has passed.
-    Unavailable(std::time::Instant),
+    /// It could not be started in this container: its commands run as
+    /// plain execs.
+    Unavailable,
 }
 
-/// How long a container whose supervisor failed to start runs commands as
-/// plain execs before the supervisor is tried again.
-const LINK_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// A started command, by either path.
+/// How a started command reaches its container.
 #[derive(Debug)]
-pub enum Started {
+enum Via {
     /// Through the container's supervisor.
     Supervised(supervisor::Supervised),
     /// As its own Docker exec (the fallback path).
     Exec(run::Running),
 }
 
+/// A started command, ready to be driven to its end.
+#[derive(Debug)]
+pub struct Started {
+    via: Via,
+    /// What the caller must know about how it ran (e.g. the sandbox was
+    /// replaced first); reported on its exit.
+    notes: Vec<String>,
+}
+
+/// Said on the exit of a command that found its container's supervisor
+/// link dead and got a fresh container instead.
+pub const NOTE_REPLACED: &str = "the sandbox was replaced before this command ran: the link to its supervisor had been lost, so the old container was killed (processes left by earlier commands are gone; the workspace is intact)";
+
 impl Started {
     /// The container the command runs in.
     pub fn container(&self) -> &str {
-        match self {
-            Started::Supervised(s) => &s.container,
-            Started::Exec(r) => r.container(),
+        match &self.via {
+            Via::Supervised(s) => &s.container,
+            Via::Exec(r) => r.container(),
         }
     }
 
     fn runtime(&self) -> Arc<dyn Runtime> {
-        match self {
-            Started::Supervised(s) => Arc::clone(&s.rt),
-            Started::Exec(r) => r.runtime(),
+        match &self.via {
+            Via::Supervised(s) => Arc::clone(&s.rt),
+            Via::Exec(r) => r.runtime(),
         }
     }
 
@@ -255,9 +290,10 @@ impl Started {
         let rt = self.runtime();
         let container = self.container().to_string();
         let oom_before = rt.oom_kills(&container).await;
-        let (mut report, client_gone) = match self {
-            Started::Supervised(s) => s.drive(&events).await,
-            Started::Exec(r) => r.drive(&events).await,
+        let pids_before = rt.pids_refusals(&container).await;
+        let (mut report, client_gone) = match self.via {
+            Via::Supervised(s) => s.drive(&events).await,
+            Via::Exec(r) => r.drive(&events).await,
         };
         report.oom_killed = match (oom_before, rt.oom_kills(&container).await) {
             (Some(before), Some(after)) => after > before,
@@ -265,6 +301,17 @@ impl Started {
             _ if report.killed_by == KilledBy::Container => rt.died_of_oom(&container).await,
             _ => false,
         };
+        report.pids_exhausted = matches!(
+            (pids_before, rt.pids_refusals(&container).await),
+            (Some(before), Some(after)) if after > before
+        );
+        let mut notes = self.notes;
+        if report.pids_exhausted {
+            notes.push(format!(
+                "the sandbox's process limit was reached while this command ran, so some forks failed (\"Cannot fork\", \"Resource temporarily unavailable\"); if processes left running by earlier commands hold the limit, call ResetSandbox"
+            ));
+        }
+        report.notes = notes;
         if !client_gone {
             let _ = events.send(Event::Exit(report.clone())).await;
         }
@@ -301,17 +348,9 @@ impl Sandbox {
         }
         self.runtime.ensure_image(&self.spec.image).await?;
         if let Some(dir) = &self.spec.socket_dir {
-            // Root-owned and only traversable: the container may connect to
-            // the socket inside but never plant anything there.
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::create_dir_all(dir)
-                .and_then(|()| {
-                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
-                })
-                .map_err(|e| {
-                    Error::StartContainer(format!("socket directory {}: {e}", dir.display()))
-                })?;
+            supervisor::make_socket_dir(dir)?;
         }
+        self.verify_workspace()?;
         let id = self.runtime.start_container(&self.spec).await?;
         *slot = Some(id.clone());
         drop(slot);
@@ -324,16 +363,48 @@ impl Sandbox {
         Ok(id)
     }
 
-    /// The live supervisor link of `container`, started if needed.
+    /// Checks that the workspace path still holds the session's directory,
+    /// so the engine never mounts anything else.
+    fn verify_workspace(&self) -> Result<(), Error> {
+        let Some(identity) = self.spec.workspace_identity else {
+            return Ok(());
+        };
+        let path = &self.spec.workspace;
+        let gone = |why: String| Error::WorkspaceGone(format!("{}: {why}", path.display()));
+        let st = rustix::fs::statat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| gone(e.to_string()))?;
+        if (st.st_dev, st.st_ino) != identity {
+            return Err(gone(
+                "it no longer holds the session's directory; close the session".into(),
+            ));
+        }
+        if st.st_nlink == 0 {
+            return Err(gone(
+                "the directory was removed from the host; close the session".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The live supervisor link of `container`, started if it has none.
+    /// A link that was up and died means the container ran untrusted code
+    /// with no trusted supervisor: [`Error::LinkLost`], and the caller must
+    /// replace the container rather than start another link in it.
     async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
-            Some((c, LinkState::Up(link))) if c == container && link.confirm_alive().await => {
-                return Ok(Arc::clone(link));
+            Some((c, LinkState::Up(link))) if c == container => {
+                return if link.confirm_alive().await {
+                    Ok(Arc::clone(link))
+                } else {
+                    Err(Error::LinkLost)
+                };
             }
-            Some((c, LinkState::Unavailable(since)))
-                if c == container && since.elapsed() < LINK_RETRY =>
-            {
+            Some((c, LinkState::Unavailable)) if c == container => {
                 return Err(Error::StartExec(
                     "the supervisor could not start in this container".into(),
                 ));
@@ -361,10 +432,7 @@ impl Sandbox {
                 Ok(link)
             }
             Err(e) => {
-                *slot = Some((
-                    container.to_string(),
-                    LinkState::Unavailable(std::time::Instant::now()),
-                ));
+                *slot = Some((container.to_string(), LinkState::Unavailable));
                 Err(e)
             }
         }
@@ -398,13 +466,27 @@ impl Sandbox {
 
     /// Starts one command in the container (starting the container first
     /// if there is none): through the supervisor when one is configured and
-    /// answers, else as its own exec. Drive the result with
-    /// [`Started::drive`], then call [`Sandbox::finished`].
+    /// answers, else as its own exec. A container whose supervisor link died
+    /// is replaced first, and the command's exit says so. Drive the result
+    /// with [`Started::drive`], then call [`Sandbox::finished`].
     pub async fn start(&self, spec: CommandSpec) -> Result<Started, Error> {
-        let container = self.ensure().await?;
+        let mut notes = Vec::new();
+        let mut container = self.ensure().await?;
         if self.spec.supervisor.is_some() {
             match self.supervised(&container, &spec).await {
-                Ok(started) => return Ok(started),
+                Ok(via) => return Ok(Started { via, notes }),
+                Err(Error::LinkLost) => {
+                    tracing::warn!(container = %container, "supervisor link lost; replacing the container");
+                    self.replace(&container).await;
+                    notes.push(NOTE_REPLACED.to_string());
+                    container = self.ensure().await?;
+                    match self.supervised(&container, &spec).await {
+                        Ok(via) => return Ok(Started { via, notes }),
+                        Err(e) => {
+                            tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
                 }
@@ -418,7 +500,10 @@ impl Sandbox {
         )
         .await
         {
-            Ok(running) => Ok(Started::Exec(running)),
+            Ok(running) => Ok(Started {
+                via: Via::Exec(running),
+                notes,
+            }),
             // The container may have died under us (killed from outside):
             // start a fresh one once and retry.
             Err(e) if !matches!(e, Error::Connect(_)) => {
@@ -426,23 +511,50 @@ impl Sandbox {
                 self.discard(&container).await;
                 let container = self.ensure().await?;
                 if self.spec.supervisor.is_some()
-                    && let Ok(started) = self.supervised(&container, &spec).await
+                    && let Ok(via) = self.supervised(&container, &spec).await
                 {
-                    return Ok(started);
+                    return Ok(Started { via, notes });
                 }
                 run::start(Arc::clone(&self.runtime), &container, &self.spec.user, spec)
                     .await
-                    .map(Started::Exec)
+                    .map(|running| Started {
+                        via: Via::Exec(running),
+                        notes,
+                    })
             }
             Err(e) => Err(e),
         }
     }
 
-    async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Started, Error> {
+    /// Kills and removes `container` (its processes were not supervised by
+    /// a trusted link), so the next [`Sandbox::ensure`] starts a fresh one.
+    async fn replace(&self, container: &str) {
+        if let Err(e) = self.runtime.kill_container(container).await {
+            tracing::warn!(container, error = %e, "cannot kill container");
+        }
+        self.discard(container).await;
+    }
+
+    /// Kills the session's container and forgets it, keeping the workspace:
+    /// background processes, a fork bomb, anything left running is gone.
+    /// The next command (or this call, with `restart`) starts a fresh one.
+    pub async fn reset(&self, restart: bool) -> Result<Option<String>, Error> {
+        let current = self.container.lock().await.clone();
+        if let Some(id) = current {
+            self.replace(&id).await;
+        }
+        if restart {
+            self.ensure().await.map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Via, Error> {
         let link = self.link(container).await?;
         let started = std::time::Instant::now();
         let (id, frames) = link.spawn(spec).await?;
-        Ok(Started::Supervised(supervisor::Supervised {
+        Ok(Via::Supervised(supervisor::Supervised {
             rt: Arc::clone(&self.runtime),
             link,
             container: container.to_string(),

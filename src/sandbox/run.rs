@@ -83,6 +83,10 @@ pub struct ExitReport {
     /// The container hit its memory limit while the command ran (the
     /// kernel's OOM killer ended a process of it).
     pub oom_killed: bool,
+    /// The container's process limit refused a fork while it ran.
+    pub pids_exhausted: bool,
+    /// What the caller must know about how it ran, in plain words.
+    pub notes: Vec<String>,
     /// Wall time from start to result.
     pub duration: Duration,
     /// Kept stdout.
@@ -320,6 +324,8 @@ async fn drive(
         cancelled: matches!(stop, Stop::Cancelled),
         killed_by,
         oom_killed: false,
+        pids_exhausted: false,
+        notes: Vec::new(),
         duration: started.elapsed(),
         stdout: stdout.finish(),
         stderr: stderr.finish(),

@@ -8,6 +8,12 @@
 //!
 //! This is the same static binary as the service, mounted read-only, so it
 //! needs nothing from the image but `/bin/sh` for the commands themselves.
+//!
+//! It runs as root in the container (with only the capabilities to switch
+//! user and signal) and starts every command as the session's user, so no
+//! command can signal, ptrace or read it. Its first line of stdin is a
+//! secret from the service; its first frame returns it, so the service
+//! knows it talks to the process it started.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -35,18 +41,56 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// With `connect`, frames travel over the Unix socket the service listens on
 /// (mounted read-only into the container): no Docker hop on the way. Without
 /// it, they travel over the exec's stdin and stdout.
-pub async fn supervise(connect: Option<std::path::PathBuf>) -> std::io::Result<()> {
+pub async fn supervise(
+    connect: Option<std::path::PathBuf>,
+    user: Option<String>,
+) -> std::io::Result<()> {
+    // Not even a process of our own uid may attach to or read us.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    let user = user.as_deref().map(parse_user).transpose()?;
+    let mut stdin = tokio::io::stdin();
+    let secret = read_secret(&mut stdin).await?;
     match connect {
         Some(path) => {
             let stream = tokio::net::UnixStream::connect(&path).await?;
             let (read, write) = stream.into_split();
-            serve_frames(read, write).await
+            serve_frames(read, write, secret, user).await
         }
-        None => serve_frames(tokio::io::stdin(), tokio::io::stdout()).await,
+        None => serve_frames(stdin, tokio::io::stdout(), secret, user).await,
     }
 }
 
-async fn serve_frames<R, W>(mut input: R, mut out: W) -> std::io::Result<()>
+/// "uid:gid" as numbers.
+fn parse_user(user: &str) -> std::io::Result<(u32, u32)> {
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad user {user:?}"));
+    let (uid, gid) = user.split_once(':').ok_or_else(bad)?;
+    Ok((
+        uid.parse().map_err(|_| bad())?,
+        gid.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// The first line of stdin, read a byte at a time so nothing after it is
+/// consumed (frames may follow on the same stream).
+async fn read_secret(stdin: &mut tokio::io::Stdin) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while line.len() < 256 {
+        if stdin.read(&mut byte).await? == 0 || byte[0] == b'\n' {
+            break;
+        }
+        line.push(byte[0]);
+    }
+    String::from_utf8(line)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+async fn serve_frames<R, W>(
+    mut input: R,
+    mut out: W,
+    secret: String,
+    user: Option<(u32, u32)>,
+) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -67,7 +111,7 @@ where
     let _ = tx
         .send(frames::Event {
             id: 0,
-            kind: Some(event::Kind::Ready(true)),
+            kind: Some(event::Kind::Ready(secret)),
         })
         .await;
 
@@ -89,7 +133,7 @@ where
                 Some(request::Kind::Spawn(spawn)) => {
                     let (cancel_tx, cancel_rx) = oneshot::channel();
                     cancels.insert(spawn.id, cancel_tx);
-                    tokio::spawn(run_one(spawn, tx.clone(), cancel_rx));
+                    tokio::spawn(run_one(spawn, user, tx.clone(), cancel_rx));
                 }
                 Some(request::Kind::Cancel(id)) => {
                     if let Some(c) = cancels.remove(&id) {
@@ -111,6 +155,7 @@ where
 
 async fn run_one(
     spawn: frames::Spawn,
+    user: Option<(u32, u32)>,
     tx: mpsc::Sender<frames::Event>,
     mut cancel: oneshot::Receiver<()>,
 ) {
@@ -134,6 +179,10 @@ async fn run_one(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some((uid, gid)) = user {
+        // Supplementary groups are dropped too (std does so when root).
+        cmd.uid(uid).gid(gid);
+    }
     for kv in &spawn.env {
         if let Some((k, v)) = kv.split_once('=') {
             cmd.env(k, v);

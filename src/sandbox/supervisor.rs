@@ -4,6 +4,23 @@
 //! several Docker API calls. The container remains the hard stop: if the
 //! supervisor reports a group that survived SIGKILL, or goes silent past the
 //! ladder's time, the service kills the container.
+//!
+//! The link is the only way a result reaches a caller, so it trusts nothing
+//! on the other end:
+//! - the supervisor runs as root in the container (commands run as the
+//!   session's user), so a command can neither signal, ptrace nor read it;
+//! - the socket it connects to is root's, mode 0600, in a 0700 directory in
+//!   the service's private state directory, so neither a command nor
+//!   another user of the host can reach it;
+//! - the peer is checked with `SO_PEERCRED` (root, and the very process the
+//!   engine started as the supervisor exec), and its first frame must carry
+//!   a secret handed to it over the exec's stdin, which only the engine and
+//!   the supervisor see;
+//! - every command's frames are capped by a byte budget derived from its
+//!   output caps: a peer that sends more is cut off and the container is
+//!   killed, whatever it sends;
+//! - a link that dies is never re-opened in the same container: the
+//!   container is replaced (see `Sandbox`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -26,27 +43,68 @@ pub const MOUNT_PATH: &str = "/.sandboxd/sandboxd";
 pub const RUN_PATH: &str = "/.sandboxd/run";
 /// The socket's name in that directory.
 const SOCKET: &str = "sock";
+/// The user the supervisor runs as in the container: not the commands'.
+pub const SUPERVISOR_USER: &str = "0:0";
+/// Capabilities the container keeps for its supervisor alone (commands run
+/// as another user, so theirs are empty): switching to the commands' user
+/// and signalling their process groups.
+pub const SUPERVISOR_CAPS: [&str; 3] = ["SETUID", "SETGID", "KILL"];
 
 type FrameStream = Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>;
 
-/// Makes `dir` (root-owned, only traversable by others) and listens on a
-/// socket in it that the container's user may connect to.
+/// Makes a container's socket directory: root's (the service's), mode
+/// 0700, so only root in that container can reach the socket inside.
+pub fn make_socket_dir(dir: &Path) -> Result<(), Error> {
+    use rustix::fs::{Mode, OFlags};
+    let fail = |e: rustix::io::Errno| {
+        Error::StartContainer(format!("socket directory {}: {e}", dir.display()))
+    };
+    match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail)?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(fail)
+}
+
+/// Listens on the socket in `dir`, mode 0600 from the moment it exists.
 fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
-    use std::os::unix::fs::PermissionsExt;
     let fail = |e: std::io::Error| {
         Error::StartExec(format!("supervisor socket in {}: {e}", dir.display()))
     };
-    std::fs::create_dir_all(dir).map_err(fail)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).map_err(fail)?;
+    make_socket_dir(dir)?;
     let path = dir.join(SOCKET);
     match std::fs::remove_file(&path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e)),
     }
-    let listener = tokio::net::UnixListener::bind(&path).map_err(fail)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
-    Ok(listener)
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let bound = tokio::net::UnixListener::bind(&path);
+    rustix::process::umask(old);
+    bound.map_err(fail)
+}
+
+/// A fresh secret for one link: 256 random bits, hex.
+fn new_secret() -> String {
+    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
+    format!("{a:016x}{b:016x}{c:016x}{d:016x}")
+}
+
+/// Compares secrets in constant time.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a
+            .bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// How long a new supervisor may take to say it is ready.
@@ -56,8 +114,23 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const SILENCE_SLACK: Duration = Duration::from_secs(5);
 /// How often a stdio-framed supervisor's exec is checked for life.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Bytes of frames one command may receive beyond its output caps (exit
+/// codes, framing, the empty parts of its result).
+const FRAME_SLACK: u64 = 64 * 1024;
 
-type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<frames::Event>>>>;
+/// Bytes of frames a command with these caps can legitimately cause: live
+/// text and the final head and tail of each stream, 4 bytes a character.
+pub fn frame_budget(stdout_cap: usize, stderr_cap: usize) -> u64 {
+    (stdout_cap as u64 + stderr_cap as u64) * 4 * 3 + FRAME_SLACK
+}
+
+/// Where one command's frames go, and how many bytes it may still receive.
+struct Route {
+    tx: mpsc::Sender<frames::Event>,
+    budget: u64,
+}
+
+type Routes = Arc<Mutex<HashMap<u64, Route>>>;
 
 /// A live connection to one container's supervisor.
 pub struct Link {
@@ -78,9 +151,90 @@ impl std::fmt::Debug for Link {
     }
 }
 
+/// Reads one frame from a fresh connection within `until`.
+async fn first_frame(
+    stream: &mut tokio::net::UnixStream,
+    until: tokio::time::Instant,
+) -> Option<(frames::Event, Decoder)> {
+    use tokio::io::AsyncReadExt;
+    let mut decoder = Decoder::default();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = tokio::time::timeout_at(until, stream.read(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        decoder.push(&buf[..n]);
+        // A greeting is tiny: anything longer is not a supervisor.
+        if decoder.buffered() > 4096 {
+            return None;
+        }
+        match decoder.next_frame::<frames::Event>() {
+            Ok(Some(ev)) => return Some((ev, decoder)),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Accepts connections on `listener` until one is the supervisor: root,
+/// the process the engine started as exec `exec`, greeting with `secret`.
+/// Anything else is dropped and logged.
+async fn accept_supervisor(
+    listener: &tokio::net::UnixListener,
+    rt: &dyn Runtime,
+    exec: &str,
+    secret: &str,
+    until: tokio::time::Instant,
+) -> Result<(tokio::net::UnixStream, Decoder), Error> {
+    loop {
+        let (mut stream, _) = tokio::time::timeout_at(until, listener.accept())
+            .await
+            .map_err(|_| Error::StartExec("the supervisor did not connect".into()))?
+            .map_err(|e| Error::StartExec(format!("accepting the supervisor: {e}")))?;
+        let cred = match rustix::net::sockopt::socket_peercred(&stream) {
+            Ok(cred) => cred,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a link peer's credentials; dropped");
+                continue;
+            }
+        };
+        let peer_pid = cred.pid.as_raw_nonzero().get() as i64;
+        let expected = rt.exec_pid(exec).await;
+        if cred.uid.as_raw() != 0 || expected.is_some_and(|p| p != peer_pid) {
+            tracing::warn!(
+                uid = cred.uid.as_raw(),
+                pid = peer_pid,
+                ?expected,
+                "a process other than the supervisor connected to its socket; dropped"
+            );
+            continue;
+        }
+        match first_frame(&mut stream, until).await {
+            Some((
+                frames::Event {
+                    kind: Some(event::Kind::Ready(given)),
+                    ..
+                },
+                decoder,
+            )) if same_secret(&given, secret) => return Ok((stream, decoder)),
+            _ => {
+                tracing::warn!(
+                    pid = peer_pid,
+                    "a link peer did not greet with the supervisor's secret; dropped"
+                );
+            }
+        }
+    }
+}
+
 impl Link {
-    /// Starts the supervisor in `container` as `user` and waits until it is
-    /// ready. With `socket_dir` (the host side of the container's read-only
+    /// Starts the supervisor in `container` (as root there; its commands
+    /// run as `user`) and waits until it is ready and proven. With
+    /// `socket_dir` (the host side of the container's read-only
     /// `/.sandboxd/run`), frames travel over a Unix socket the service
     /// listens on, bypassing the Docker daemon; otherwise over the exec's
     /// stdin and stdout.
@@ -90,7 +244,12 @@ impl Link {
         user: &str,
         socket_dir: Option<&Path>,
     ) -> Result<Link, Error> {
-        let mut argv = vec![MOUNT_PATH.to_string(), "supervise".to_string()];
+        let mut argv = vec![
+            MOUNT_PATH.to_string(),
+            "supervise".to_string(),
+            "--user".to_string(),
+            user.to_string(),
+        ];
         let listener = match socket_dir {
             Some(dir) => {
                 argv.extend(["--connect".to_string(), format!("{RUN_PATH}/{SOCKET}")]);
@@ -102,73 +261,92 @@ impl Link {
             argv,
             env: Default::default(),
             cwd: "/".into(),
-            user: user.to_string(),
+            user: SUPERVISOR_USER.to_string(),
         };
-        let (exec, mut output, stdin) = rt.start_exec_with_stdin(container, &spec).await?;
-        let (frames, input): (FrameStream, InputSink) = match (listener, socket_dir) {
-            (Some(listener), Some(dir)) => {
-                // A supervisor that cannot reach the socket (a runtime such
-                // as gVisor keeps host sockets out) exits: fail at once.
-                let accepted = tokio::select! {
-                    accepted = tokio::time::timeout(READY_TIMEOUT, listener.accept()) => accepted.ok(),
-                    () = async { while output.next().await.is_some() {} } => None,
-                };
-                // One supervisor per socket: nobody else may connect later.
-                drop(listener);
-                let _ = std::fs::remove_file(dir.join(SOCKET));
-                let (stream, _) = accepted
-                    .ok_or_else(|| Error::StartExec("the supervisor did not connect".into()))?
-                    .map_err(|e| Error::StartExec(format!("accepting the supervisor: {e}")))?;
-                let (read, write) = stream.into_split();
-                // The exec's own streams carry nothing now; drain them so the
-                // supervisor's stderr never blocks.
-                tokio::spawn(output.for_each(|_| async {}));
-                let frames = tokio_stream::StreamExt::map_while(
-                    tokio_util::io::ReaderStream::new(read),
-                    Result::ok,
-                );
-                (Box::pin(frames), Box::pin(write))
-            }
-            _ => {
-                let frames = tokio_stream::StreamExt::map_while(output, |item| match item {
-                    Ok(Output::Stdout(bytes)) => Some(bytes),
-                    Ok(Output::Stderr(bytes)) => {
-                        tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
-                        Some(bytes::Bytes::new())
-                    }
-                    Err(_) => None,
-                });
-                (Box::pin(frames), stdin)
-            }
-        };
+        let (exec, mut output, mut stdin) = rt.start_exec_with_stdin(container, &spec).await?;
+        // The secret travels over the exec's stdin: only the engine and the
+        // supervisor see it (not the command line, not the environment).
+        let secret = new_secret();
+        stdin
+            .write_all(format!("{secret}\n").as_bytes())
+            .await
+            .and(stdin.flush().await)
+            .map_err(|e| Error::StartExec(format!("handing the supervisor its secret: {e}")))?;
+        let until = tokio::time::Instant::now() + READY_TIMEOUT;
+        let (frames, input, decoder, greeted): (FrameStream, InputSink, Decoder, bool) =
+            match (listener, socket_dir) {
+                (Some(listener), Some(dir)) => {
+                    // A supervisor that cannot reach the socket (a runtime
+                    // such as gVisor keeps host sockets out) exits: fail at
+                    // once.
+                    let accepted = tokio::select! {
+                        accepted = accept_supervisor(&listener, rt.as_ref(), &exec, &secret, until) => accepted,
+                        () = async { while output.next().await.is_some() {} } => {
+                            Err(Error::StartExec("the supervisor exited before connecting".into()))
+                        }
+                    };
+                    // One supervisor per socket: nobody may connect later.
+                    drop(listener);
+                    let _ = std::fs::remove_file(dir.join(SOCKET));
+                    let (stream, decoder) = accepted?;
+                    let (read, write) = stream.into_split();
+                    // The exec's own streams carry nothing now; drain them
+                    // so the supervisor's stderr never blocks.
+                    tokio::spawn(output.for_each(|_| async {}));
+                    let frames = tokio_stream::StreamExt::map_while(
+                        tokio_util::io::ReaderStream::new(read),
+                        Result::ok,
+                    );
+                    (Box::pin(frames), Box::pin(write), decoder, true)
+                }
+                _ => {
+                    let frames = tokio_stream::StreamExt::map_while(output, |item| match item {
+                        Ok(Output::Stdout(bytes)) => Some(bytes),
+                        Ok(Output::Stderr(bytes)) => {
+                            tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
+                            Some(bytes::Bytes::new())
+                        }
+                        Err(_) => None,
+                    });
+                    (Box::pin(frames), stdin, Decoder::default(), false)
+                }
+            };
         let mut frames = frames;
         let routes: Routes = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let reader_routes = Arc::clone(&routes);
         let reader_alive = Arc::clone(&alive);
+        let reader_secret = secret.clone();
         tokio::spawn(async move {
             let mut ready = Some(ready_tx);
-            let mut decoder = Decoder::default();
-            'read: while let Some(bytes) = frames.next().await {
-                decoder.push(&bytes);
+            if greeted && let Some(tx) = ready.take() {
+                let _ = tx.send(());
+            }
+            let mut decoder = decoder;
+            'read: loop {
                 loop {
                     match decoder.next_frame::<frames::Event>() {
                         Ok(Some(ev)) => {
-                            if let Some(event::Kind::Ready(_)) = ev.kind {
-                                if let Some(tx) = ready.take() {
-                                    let _ = tx.send(());
+                            if ready.is_some() {
+                                // The first frame must be the greeting.
+                                match &ev.kind {
+                                    Some(event::Kind::Ready(given))
+                                        if same_secret(given, &reader_secret) =>
+                                    {
+                                        if let Some(tx) = ready.take() {
+                                            let _ = tx.send(());
+                                        }
+                                        continue;
+                                    }
+                                    _ => {
+                                        tracing::warn!("the supervisor did not greet with its secret");
+                                        break 'read;
+                                    }
                                 }
-                                continue;
                             }
-                            let route = reader_routes
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .get(&ev.id)
-                                .cloned();
-                            if let Some(route) = route {
-                                // A slow consumer slows the supervisor, never loses frames.
-                                let _ = route.send(ev).await;
+                            if !route(&reader_routes, ev).await {
+                                break 'read;
                             }
                         }
                         Ok(None) => break,
@@ -177,6 +355,10 @@ impl Link {
                             break 'read;
                         }
                     }
+                }
+                match frames.next().await {
+                    Some(bytes) => decoder.push(&bytes),
+                    None => break,
                 }
             }
             reader_alive.store(false, Ordering::SeqCst);
@@ -201,7 +383,7 @@ impl Link {
                 }
             });
         }
-        match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
+        match tokio::time::timeout_at(until, ready_rx).await {
             Ok(Ok(())) => Ok(Link {
                 input: tokio::sync::Mutex::new(input),
                 routes,
@@ -209,7 +391,10 @@ impl Link {
                 alive,
                 watched,
             }),
-            _ => Err(Error::StartExec("the supervisor did not start".into())),
+            _ => {
+                alive.store(false, Ordering::SeqCst);
+                Err(Error::StartExec("the supervisor did not start".into()))
+            }
         }
     }
 
@@ -257,10 +442,11 @@ impl Link {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(64);
+        let budget = frame_budget(spec.stdout_cap, spec.stderr_cap);
         self.routes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, tx);
+            .insert(id, Route { tx, budget });
         let spawn = frames::Spawn {
             id,
             command: spec.command.clone(),
@@ -301,6 +487,11 @@ impl Link {
     }
 }
 
+/// Said when a command's supervisor link died under it.
+const LOST: &str = "the link to the sandbox's supervisor was lost during this command, so its result is unknown; the container was killed and the next command gets a fresh one (the workspace is intact)";
+/// Said when the supervisor never reported a command's end.
+const SILENT: &str = "the sandbox's supervisor did not report this command's end in time, so the container was killed; the next command gets a fresh one (the workspace is intact)";
+
 /// A command started through a supervisor, ready to be driven.
 #[derive(Debug)]
 pub struct Supervised {
@@ -337,7 +528,7 @@ impl Supervised {
         let exit = loop {
             tokio::select! {
                 frame = self.frames.recv() => match frame.and_then(|f| f.kind) {
-                    Some(event::Kind::Exit(exit)) => break Some(exit),
+                    Some(event::Kind::Exit(exit)) => break Ok(exit),
                     Some(event::Kind::Stdout(text)) => {
                         if !client_gone && events.send(Event::Stdout(text)).await.is_err() {
                             client_gone = true;
@@ -354,19 +545,19 @@ impl Supervised {
                     }
                     Some(event::Kind::Ready(_)) => {}
                     // The supervisor died (or the container with it).
-                    None => break None,
+                    None => break Err(LOST),
                 },
                 _ = events.closed(), if !client_gone => {
                     client_gone = true;
                     cancelled = true;
                     self.link.cancel(self.id).await;
                 }
-                _ = tokio::time::sleep_until(silence) => break None,
+                _ = tokio::time::sleep_until(silence) => break Err(SILENT),
             }
         };
         self.link.forget(self.id);
         let report = match exit {
-            Some(exit) => {
+            Ok(exit) => {
                 let killed_by = match exit.rung {
                     0 => KilledBy::None,
                     1 => KilledBy::ProcessGroupTerm,
@@ -386,12 +577,14 @@ impl Supervised {
                     cancelled,
                     killed_by,
                     oom_killed: false,
+                    pids_exhausted: false,
+                    notes: Vec::new(),
                     duration: self.started.elapsed(),
                     stdout: exit.stdout.unwrap_or_default().into(),
                     stderr,
                 }
             }
-            None => {
+            Err(note) => {
                 self.kill_container().await;
                 ExitReport {
                     exit_code: -1,
@@ -399,6 +592,8 @@ impl Supervised {
                     cancelled,
                     killed_by: KilledBy::Container,
                     oom_killed: false,
+                    pids_exhausted: false,
+                    notes: vec![note.to_string()],
                     duration: self.started.elapsed(),
                     stdout: Default::default(),
                     stderr: Default::default(),
@@ -413,6 +608,33 @@ impl Supervised {
             tracing::warn!(container = %self.container, error = %e, "cannot kill container");
         }
     }
+}
+
+/// Hands a frame to its command, charging the command's budget. Frames for
+/// no running command are dropped. Returns false when the peer broke the
+/// protocol (a command's frames past its budget): the link must be cut.
+async fn route(routes: &Routes, ev: frames::Event) -> bool {
+    use prost::Message;
+    let len = ev.encoded_len() as u64;
+    let tx = {
+        let mut routes = routes.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(route) = routes.get_mut(&ev.id) else {
+            return true;
+        };
+        if len > route.budget {
+            tracing::warn!(
+                command = ev.id,
+                "the supervisor sent more than a command's output caps allow; cutting the link"
+            );
+            return false;
+        }
+        route.budget -= len;
+        route.tx.clone()
+    };
+    // A slow consumer slows the supervisor, never loses frames; the budget
+    // bounds what can queue.
+    let _ = tx.send(ev).await;
+    true
 }
 
 /// Whether the engine says exec `exec` has ended (an unreachable engine

@@ -6,6 +6,7 @@
 pub mod edit;
 pub mod lock;
 pub mod path;
+pub mod remove;
 pub mod walk;
 pub mod write;
 
@@ -387,6 +388,11 @@ impl Workspace {
                 .map_err(|e| Error::from_io("resolve", &rel, e))
         })
         .await
+    }
+
+    /// The directory fd of the workspace root (`O_PATH`).
+    pub fn root_fd(&self) -> &OwnedFd {
+        self.inner.root.fd()
     }
 
     /// Canonical host path of the workspace.

@@ -97,10 +97,7 @@ impl TestServer {
                 }
                 Mode::Exec => None,
             };
-            config.sandbox.socket_root = match mode {
-                Mode::Supervisor | Mode::Gvisor => Some(config.workspace_dir.join("run")),
-                Mode::SupervisorStdio | Mode::Exec => None,
-            };
+            config.sandbox.socket_link = matches!(mode, Mode::Supervisor | Mode::Gvisor);
             if mode == Mode::Gvisor {
                 config.sandbox.runtime = Some("runsc".into());
             }
@@ -133,7 +130,7 @@ impl TestServer {
     ) -> TestServer {
         let workspaces = tempfile::tempdir().unwrap();
         let allowed_root = tempfile::tempdir().unwrap();
-        let mut config = Config::new(workspaces.path().to_path_buf());
+        let mut config = Config::new(workspaces.path().join("state"));
         config.allowed_roots = vec![allowed_root.path().to_path_buf()];
         let service = format!(
             "sandboxd-test-{}",

@@ -1,0 +1,274 @@
+//! The service's private state directory.
+//!
+//! Everything the service keeps on the host (workspace volumes, supervisor
+//! sockets, lock files) lives in one directory owned by the service's user,
+//! mode 0700, whose every ancestor is owned by root or that user and
+//! writable by nobody else (a sticky directory such as /tmp is accepted as
+//! an ancestor: others may add names to it but not rename or remove ours).
+//! The service refuses to start on anything else, and creates, changes and
+//! removes what is inside through directory fds, never by re-resolving a
+//! path another user could have changed in between.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+
+/// Why the state directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The directory (or an ancestor) has an owner or mode that would let
+    /// another user change what the service relies on.
+    #[error("the state directory {path} is unsafe: {why}")]
+    Unsafe {
+        /// The offending path.
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        why: String,
+    },
+    /// The directory could not be created or opened.
+    #[error("cannot prepare the state directory {path}: {source}")]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// An open directory of the service's own.
+#[derive(Debug)]
+pub struct Dir {
+    /// Open for reading (listing) and as the base of `*at` calls.
+    pub fd: OwnedFd,
+    /// Its path, inside the state directory.
+    pub path: PathBuf,
+}
+
+/// The service's private state directory, checked and held open.
+#[derive(Debug)]
+pub struct StateDir {
+    dir: Dir,
+}
+
+fn state_err(path: &Path) -> impl FnOnce(rustix::io::Errno) -> Error + '_ {
+    move |e| Error::Open {
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
+impl StateDir {
+    /// Where sandboxd keeps state by default: `/var/lib/sandboxd` for
+    /// root, else `sandboxd` in the user's state home.
+    pub fn default_root() -> PathBuf {
+        if rustix::process::geteuid().is_root() {
+            return PathBuf::from("/var/lib/sandboxd");
+        }
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/var/lib"));
+        base.join("sandboxd")
+    }
+
+    /// The default state directory of service `service`.
+    pub fn default_path(service: &str) -> PathBuf {
+        Self::default_root().join(service)
+    }
+
+    /// Opens `path`, creating it (and missing parents) mode 0700 if needed.
+    ///
+    /// Refuses a path that is not absolute, passes through a symlink, has an
+    /// ancestor owned by another user or writable by others (a sticky
+    /// directory such as /tmp is accepted as an ancestor), or is itself not
+    /// owned by the service's user with mode 0700 or stricter.
+    pub fn open(path: &Path) -> Result<StateDir, Error> {
+        let unsafe_state = |p: &Path, why: String| Error::Unsafe {
+            path: p.to_path_buf(),
+            why,
+        };
+        if !path.is_absolute() {
+            return Err(unsafe_state(path, "it is not an absolute path".into()));
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        let names: Vec<&OsStr> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(Ok(n)),
+                Component::RootDir => None,
+                _ => Some(Err(())),
+            })
+            .collect::<Result<_, ()>>()
+            .map_err(|()| unsafe_state(path, "it contains `.` or `..`".into()))?;
+        let Some((last, ancestors)) = names.split_last() else {
+            return Err(unsafe_state(path, "it is the root directory".into()));
+        };
+        let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut current = PathBuf::from("/");
+        let mut fd = rustix::fs::open("/", dir_flags, Mode::empty()).map_err(state_err(path))?;
+        for name in ancestors.iter().copied() {
+            check_ancestor(&fd, &current, euid)?;
+            current.push(name);
+            fd = open_or_make_dir(&fd, name, &current)?;
+        }
+        check_ancestor(&fd, &current, euid)?;
+        current.push(last);
+        let fd = open_or_make_dir(&fd, last, &current)?;
+        let st = rustix::fs::fstat(&fd).map_err(state_err(path))?;
+        if st.st_uid != euid {
+            return Err(unsafe_state(
+                path,
+                format!(
+                    "it is owned by uid {}, not by the service's uid {euid}; remove it or chown it",
+                    st.st_uid
+                ),
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(unsafe_state(
+                path,
+                format!(
+                    "its mode is {:04o}: other users could reach the service's state; chmod 700 it",
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(StateDir {
+            dir: Dir {
+                fd: reopen_dir(&fd, path)?,
+                path: path.to_path_buf(),
+            },
+        })
+    }
+
+    /// The directory's path.
+    pub fn path(&self) -> &Path {
+        &self.dir.path
+    }
+
+    /// The subdirectory `name`, made 0700 if missing, owned by the service.
+    pub fn subdir(&self, name: &str) -> Result<Dir, Error> {
+        let path = self.dir.path.join(name);
+        match rustix::fs::mkdirat(&self.dir.fd, name, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(state_err(&path)(e)),
+        }
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(state_err(&path))?;
+        let st = rustix::fs::fstat(&fd).map_err(state_err(&path))?;
+        if st.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(Error::Unsafe {
+                path,
+                why: format!("it is owned by uid {}", st.st_uid),
+            });
+        }
+        if st.st_mode & 0o077 != 0 {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(state_err(&path))?;
+        }
+        Ok(Dir { fd, path })
+    }
+
+    /// An exclusive lock file in this directory, held until dropped (opened
+    /// without following a symlink, checked to be the service's own).
+    pub fn lock(&self, name: &str) -> io::Result<OwnedFd> {
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        if FileKind::of(st.st_mode) != FileKind::File
+            || st.st_uid != rustix::process::geteuid().as_raw()
+        {
+            return Err(io::Error::other(format!(
+                "{} is not a lock file of the service's own",
+                self.dir.path.join(name).display()
+            )));
+        }
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(fd)
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum FileKind {
+    File,
+    Dir,
+    Other,
+}
+
+impl FileKind {
+    fn of(mode: u32) -> FileKind {
+        match rustix::fs::FileType::from_raw_mode(mode) {
+            rustix::fs::FileType::RegularFile => FileKind::File,
+            rustix::fs::FileType::Directory => FileKind::Dir,
+            _ => FileKind::Other,
+        }
+    }
+}
+
+/// An ancestor of the state directory must be root's or ours, and writable
+/// by nobody else unless sticky (others may then add names but not rename
+/// or remove ours).
+fn check_ancestor(fd: &OwnedFd, path: &Path, euid: u32) -> Result<(), Error> {
+    let st = rustix::fs::fstat(fd).map_err(state_err(path))?;
+    if st.st_uid != 0 && st.st_uid != euid {
+        return Err(Error::Unsafe {
+            path: path.to_path_buf(),
+            why: format!("this ancestor is owned by uid {}", st.st_uid),
+        });
+    }
+    if st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0 {
+        return Err(Error::Unsafe {
+            path: path.to_path_buf(),
+            why: format!(
+                "this ancestor has mode {:04o}: other users could replace what is in it",
+                st.st_mode & 0o7777
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Opens the directory `name` in `parent` without following a symlink,
+/// making it mode 0700 first if it does not exist.
+fn open_or_make_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<OwnedFd, Error> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        Err(rustix::io::Errno::NOENT) => {
+            match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(state_err(path)(e)),
+            }
+            rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(state_err(path))
+        }
+        Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => Err(Error::Unsafe {
+            path: path.to_path_buf(),
+            why: "it is a symbolic link or not a directory".into(),
+        }),
+        Err(e) => Err(state_err(path)(e)),
+    }
+}
+
+/// A readable fd of the directory an `O_PATH` fd names.
+fn reopen_dir(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, Error> {
+    rustix::fs::openat(
+        fd,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(state_err(path))
+}
+

@@ -1,0 +1,531 @@
+//! Where workspaces live on the host, and how each one is pinned for the
+//! containers that mount it.
+//!
+//! Everything lives in the service's private state directory
+//! ([`StateDir`]). Inside it:
+//! - `workspaces/<id>`: the mount point of a fresh workspace. When the
+//!   service may mount (it runs as root), each fresh workspace is its own
+//!   ext4 filesystem in a sparse file `volumes/<id>.img`, mounted
+//!   `nosuid,nodev`: its size and inode count are the session's disk quota,
+//!   and removing it is an unmount, however deep the tree a command built.
+//! - `pins/<id>`: an existing directory lent to a session, pinned by a bind
+//!   mount made from the directory fd the file tools hold (`open_tree`), so
+//!   renaming or swapping any component of the original path later changes
+//!   nothing the engine mounts. Also `nosuid,nodev`.
+//! - `run/<id>`: the socket directory of a session's supervisor.
+//!
+//! The engine is only ever handed the mount point, a path whose every
+//! component belongs to the service, and [`Volume::verify`] checks before
+//! every container start that it still holds the session's directory (same
+//! device and inode): if it does not, the session fails with a clear reason;
+//! it never mounts something else.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::state::{Dir, StateDir};
+
+/// Why a volume or the state directory could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory cannot be used.
+    #[error(transparent)]
+    State(#[from] crate::state::Error),
+    /// A fresh workspace volume could not be made.
+    #[error("cannot create a workspace volume: {0}")]
+    Create(String),
+    /// An existing directory could not be pinned for the engine.
+    #[error("cannot pin the workspace for its containers: {0}")]
+    Pin(io::Error),
+    /// The directory is reachable by other users of the host, so a file a
+    /// command marks set-id there could be run by them.
+    #[error("{path} is reachable by other users of the host")]
+    NotPrivate {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// Existing directories need the service to be able to mount.
+    #[error("existing directories can only be lent to sessions when the service runs as root")]
+    CannotPin,
+    /// The workspace's mount no longer holds the session's directory.
+    #[error("the workspace is gone: {0}")]
+    Gone(String),
+}
+
+/// A session's disk quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Bytes the workspace may hold.
+    pub disk_bytes: u64,
+    /// Files and directories the workspace may hold.
+    pub inodes: u64,
+}
+
+/// Smallest quota a volume is made with: ext4 needs room for its own
+/// metadata, and a workspace needs room for a checkout.
+pub const MIN_DISK_BYTES: u64 = 16 << 20;
+/// Fewest inodes a volume is made with.
+pub const MIN_INODES: u64 = 1024;
+
+/// The workspace volumes of one service, in its state directory.
+#[derive(Debug)]
+pub struct Volumes {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    workspaces: Dir,
+    images: Dir,
+    pins: Dir,
+    run: Dir,
+    /// The service may mount: fresh workspaces get their own filesystem
+    /// (with a quota) and existing directories can be pinned.
+    can_mount: bool,
+}
+
+/// What kind of volume, and how it goes away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Its own filesystem in `volumes/<id>.img`, mounted at `workspaces/<id>`.
+    Filesystem,
+    /// A plain directory `workspaces/<id>` (the service cannot mount).
+    Directory,
+    /// An existing directory bind-mounted at `pins/<id>`.
+    Pin,
+}
+
+/// One session's workspace as the engine sees it.
+#[derive(Debug)]
+pub struct Volume {
+    inner: Arc<Inner>,
+    id: String,
+    kind: Kind,
+    path: PathBuf,
+    identity: (u64, u64),
+    quota: Option<Quota>,
+}
+
+impl Volumes {
+    /// The volumes under `state`; `can_mount` when the service runs as root.
+    pub fn open(state: &StateDir) -> Result<Volumes, Error> {
+        Ok(Volumes {
+            inner: Arc::new(Inner {
+                workspaces: state.subdir("workspaces")?,
+                images: state.subdir("volumes")?,
+                pins: state.subdir("pins")?,
+                run: state.subdir("run")?,
+                can_mount: rustix::process::geteuid().is_root(),
+            }),
+        })
+    }
+
+    /// Whether fresh workspaces get a disk quota here.
+    pub fn enforces_quota(&self) -> bool {
+        self.inner.can_mount
+    }
+
+    /// The directory under which each session's supervisor socket lives.
+    pub fn socket_root(&self) -> &Path {
+        &self.inner.run.path
+    }
+
+    /// Makes a fresh, empty workspace `id` whose root is owned by `owner`:
+    /// its own filesystem of `quota` when the service may mount, else a
+    /// plain directory. Blocking.
+    pub fn fresh(&self, id: &str, quota: Quota, owner: (u32, u32)) -> Result<Volume, Error> {
+        check_id(id)?;
+        let inner = &self.inner;
+        let path = inner.workspaces.path.join(id);
+        let mut volume = Volume {
+            inner: Arc::clone(inner),
+            id: id.to_string(),
+            kind: if inner.can_mount {
+                Kind::Filesystem
+            } else {
+                Kind::Directory
+            },
+            path,
+            identity: (0, 0),
+            quota: inner.can_mount.then_some(quota),
+        };
+        let create = |e: io::Error| Error::Create(e.to_string());
+        rustix::fs::mkdirat(&inner.workspaces.fd, id, Mode::from_raw_mode(0o700))
+            .map_err(|e| create(e.into()))?;
+        // From here on, dropping `volume` on an error path cleans up.
+        if volume.kind == Kind::Filesystem {
+            let made = make_filesystem(inner, id, quota, owner);
+            if let Err(e) = made {
+                volume.discard();
+                return Err(e);
+            }
+        }
+        let root = match volume.open_root() {
+            Ok(root) => root,
+            Err(e) => {
+                volume.discard();
+                return Err(Error::Create(e.to_string()));
+            }
+        };
+        let prepared = (|| -> io::Result<(u64, u64)> {
+            if volume.kind == Kind::Filesystem {
+                // The filesystem's own lost+found is noise in a checkout.
+                match rustix::fs::unlinkat(&root, "lost+found", AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            } else if rustix::process::geteuid().is_root() {
+                rustix::fs::fchown(
+                    &root,
+                    Some(rustix::fs::Uid::from_raw(owner.0)),
+                    Some(rustix::fs::Gid::from_raw(owner.1)),
+                )?;
+            }
+            // Nobody but its owner (and root) may pass through the root.
+            rustix::fs::fchmod(&root, Mode::from_raw_mode(0o700))?;
+            let st = rustix::fs::fstat(&root)?;
+            Ok((st.st_dev, st.st_ino))
+        })();
+        match prepared {
+            Ok(identity) => {
+                volume.identity = identity;
+                Ok(volume)
+            }
+            Err(e) => {
+                volume.discard();
+                Err(Error::Create(e.to_string()))
+            }
+        }
+    }
+
+    /// Pins the existing directory whose fd (`O_PATH` is enough) the file
+    /// tools hold, for session `id`: a bind mount of exactly that directory,
+    /// `nosuid,nodev`, made from the fd (no path is resolved). Refuses a
+    /// directory other users of the host could reach. Blocking.
+    pub fn pin(&self, id: &str, root: &OwnedFd, host: &Path) -> Result<Volume, Error> {
+        check_id(id)?;
+        if !self.inner.can_mount {
+            return Err(Error::CannotPin);
+        }
+        let st = rustix::fs::fstat(root).map_err(|e| Error::Pin(e.into()))?;
+        if !private(host, st.st_uid).map_err(Error::Pin)? {
+            return Err(Error::NotPrivate {
+                path: host.to_path_buf(),
+            });
+        }
+        let inner = &self.inner;
+        let path = inner.pins.path.join(id);
+        rustix::fs::mkdirat(&inner.pins.fd, id, Mode::from_raw_mode(0o700))
+            .map_err(|e| Error::Pin(e.into()))?;
+        let mut volume = Volume {
+            inner: Arc::clone(inner),
+            id: id.to_string(),
+            kind: Kind::Pin,
+            path,
+            identity: (st.st_dev, st.st_ino),
+            quota: None,
+        };
+        let pinned = (|| -> io::Result<()> {
+            use rustix::mount::{MountFlags, MoveMountFlags, OpenTreeFlags};
+            let tree = rustix::mount::open_tree(
+                root,
+                "",
+                OpenTreeFlags::OPEN_TREE_CLONE
+                    | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                    | OpenTreeFlags::AT_EMPTY_PATH,
+            )?;
+            rustix::mount::move_mount(
+                &tree,
+                "",
+                &inner.pins.fd,
+                id,
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            )?;
+            // The tree fd names the new mount itself: no path is resolved.
+            rustix::mount::mount_remount(
+                proc_fd_path(&tree),
+                MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV,
+                "",
+            )?;
+            Ok(())
+        })();
+        match pinned.and_then(|()| volume.check_identity()) {
+            Ok(()) => Ok(volume),
+            Err(e) => {
+                volume.discard();
+                Err(Error::Pin(e))
+            }
+        }
+    }
+
+    /// Removes every volume, pin and socket directory whose id is not in
+    /// `live` (what an earlier instance of the service left behind).
+    /// Containers that used them must be gone first. Blocking.
+    pub fn sweep(&self, live: &[String]) -> usize {
+        let mut removed = 0;
+        let inner = &self.inner;
+        let stale = |dir: &Dir| -> Vec<String> {
+            let Ok(entries) = crate::workspace::walk::list(&dir.fd) else {
+                return Vec::new();
+            };
+            entries
+                .into_iter()
+                .map(|e| e.name)
+                .filter(|n| {
+                    let id = n.strip_suffix(".img").unwrap_or(n);
+                    !live.iter().any(|l| l == id)
+                })
+                .collect()
+        };
+        for (dir, kind) in [
+            (&inner.workspaces, Kind::Filesystem),
+            (&inner.pins, Kind::Pin),
+        ] {
+            for id in stale(dir) {
+                let volume = Volume {
+                    inner: Arc::clone(inner),
+                    id,
+                    kind,
+                    path: dir.path.clone(),
+                    identity: (0, 0),
+                    quota: None,
+                };
+                match volume.remove() {
+                    Ok(()) => removed += 1,
+                    Err(e) => {
+                        tracing::warn!(volume = %volume.id, error = %e, "cannot remove a stale workspace")
+                    }
+                }
+            }
+        }
+        for name in stale(&inner.images) {
+            let _ = rustix::fs::unlinkat(&inner.images.fd, name.as_str(), AtFlags::empty());
+        }
+        for id in stale(&inner.run) {
+            let _ = crate::workspace::remove::remove_tree_at(&inner.run.fd, &id);
+        }
+        removed
+    }
+}
+
+/// Ids name files in the state directory: plain names only.
+fn check_id(id: &str) -> Result<(), Error> {
+    if id.is_empty()
+        || id.len() > 64
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(Error::Create(format!("{id:?} is not a valid volume id")));
+    }
+    Ok(())
+}
+
+/// `/proc/self/fd/N` for an fd of this process.
+fn proc_fd_path(fd: &impl AsFd) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())
+}
+
+/// Creates `volumes/<id>.img` (sparse, `quota.disk_bytes`) with an ext4
+/// filesystem of `quota.inodes` inodes whose root `owner` owns, and mounts
+/// it `nosuid,nodev` at `workspaces/<id>`.
+fn make_filesystem(inner: &Inner, id: &str, quota: Quota, owner: (u32, u32)) -> Result<(), Error> {
+    let create = |what: &str, e: &dyn std::fmt::Display| Error::Create(format!("{what}: {e}"));
+    let image_name = format!("{id}.img");
+    let image = rustix::fs::openat(
+        &inner.images.fd,
+        image_name.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| create("creating the volume file", &e))?;
+    rustix::fs::ftruncate(&image, quota.disk_bytes.max(MIN_DISK_BYTES))
+        .map_err(|e| create("sizing the volume file", &e))?;
+    drop(image);
+    // Paths below lie entirely in the service's private directory: no other
+    // user can change what they resolve to.
+    let image_path = inner.images.path.join(&image_name);
+    let mount_point = inner.workspaces.path.join(id);
+    run_tool(
+        std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0", "-N"])
+            .arg(quota.inodes.max(MIN_INODES).to_string())
+            .arg("-E")
+            .arg(format!(
+                "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner={}:{}",
+                owner.0, owner.1
+            ))
+            .arg(&image_path),
+    )?;
+    run_tool(
+        std::process::Command::new("mount")
+            .args([
+                "-t",
+                "ext4",
+                "-o",
+                "loop,nosuid,nodev,noatime,discard,noinit_itable",
+            ])
+            .arg(&image_path)
+            .arg(&mount_point),
+    )
+}
+
+/// Runs a filesystem tool to completion; its stderr explains a failure.
+fn run_tool(cmd: &mut std::process::Command) -> Result<(), Error> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            Error::Create(format!(
+                "cannot run {program} (install e2fsprogs and util-linux): {e}"
+            ))
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Create(format!(
+            "{program} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Whether nobody but `owner` (and root) can reach `path`: some directory
+/// on the way, the path itself included, belongs to root or `owner` and
+/// grants its group and others no search permission.
+fn private(path: &Path, owner: u32) -> io::Result<bool> {
+    let mut current = PathBuf::from("/");
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open("/", flags, Mode::empty())?;
+    let closed = |fd: &OwnedFd| -> io::Result<bool> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok((st.st_uid == 0 || st.st_uid == owner) && st.st_mode & 0o011 == 0)
+    };
+    if closed(&fd)? {
+        return Ok(true);
+    }
+    for c in path.components() {
+        if let Component::Normal(name) = c {
+            current.push(name);
+            fd = rustix::fs::openat(&fd, name, flags, Mode::empty())?;
+            if closed(&fd)? {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+impl Volume {
+    /// The path to hand to the engine.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The quota the volume enforces, if it enforces one.
+    pub fn quota(&self) -> Option<Quota> {
+        self.quota
+    }
+
+    /// Whether the volume is the session's own workspace (removed with
+    /// it), rather than a directory lent to it.
+    pub fn owns_workspace(&self) -> bool {
+        self.kind != Kind::Pin
+    }
+
+    /// Device and inode of the workspace root.
+    pub fn identity(&self) -> (u64, u64) {
+        self.identity
+    }
+
+    fn dir(&self) -> &Dir {
+        match self.kind {
+            Kind::Filesystem | Kind::Directory => &self.inner.workspaces,
+            Kind::Pin => &self.inner.pins,
+        }
+    }
+
+    fn open_root(&self) -> io::Result<OwnedFd> {
+        Ok(rustix::fs::openat(
+            &self.dir().fd,
+            self.id.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
+    fn check_identity(&self) -> io::Result<()> {
+        let st = rustix::fs::fstat(self.open_root()?)?;
+        if (st.st_dev, st.st_ino) != self.identity {
+            return Err(io::Error::other(
+                "the mount point does not hold the session's directory",
+            ));
+        }
+        if st.st_nlink == 0 {
+            return Err(io::Error::other("the directory was removed"));
+        }
+        Ok(())
+    }
+
+    /// Checks, right before a container is started over it, that the mount
+    /// point still holds the session's directory and that the directory
+    /// still exists. Blocking (one open and one stat).
+    pub fn verify(&self) -> Result<(), Error> {
+        self.check_identity()
+            .map_err(|e| Error::Gone(format!("{}: {e}", self.path.display())))
+    }
+
+    /// Unmounts and removes the volume: for a fresh workspace, everything
+    /// in it; for a pin, only the pin (the lent directory stays). Blocking.
+    pub fn remove(&self) -> io::Result<()> {
+        let dir = self.dir();
+        if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
+            // Detached, so a straggler holding it open cannot make this
+            // fail; the filesystem goes when its last user does.
+            match rustix::mount::unmount(
+                dir.path.join(&self.id),
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            ) {
+                Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.kind == Kind::Filesystem {
+            match rustix::fs::unlinkat(
+                &self.inner.images.fd,
+                format!("{}.img", self.id).as_str(),
+                AtFlags::empty(),
+            ) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match self.kind {
+            // Empty once unmounted; anything else there (a workspace made
+            // while the service could not mount) is removed without
+            // recursion.
+            Kind::Filesystem | Kind::Directory => {
+                crate::workspace::remove::remove_tree_at(&dir.fd, &self.id)
+            }
+            Kind::Pin => match rustix::fs::unlinkat(&dir.fd, self.id.as_str(), AtFlags::REMOVEDIR) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+
+    /// Best-effort removal on an error path.
+    fn discard(&mut self) {
+        if let Err(e) = self.remove() {
+            tracing::warn!(volume = %self.id, error = %e, "cannot remove a half-made workspace");
+        }
+    }
+}
