@@ -319,8 +319,19 @@ impl Runtime for DockerRuntime {
                 Some(_) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
                 None => vec!["sleep".into(), "infinity".into()],
             }),
-            user: Some(spec.user.clone()),
-            working_dir: Some("/workspace".into()),
+            // With a supervisor, the container's own processes (init and
+            // the idle keeper) run as root so that the supervisor exec may
+            // hold the capabilities it needs; Docker gives an exec of any
+            // other user none. Root here has no DAC override, so it starts
+            // in `/`, not in a workspace it may not be able to enter.
+            user: Some(match spec.supervisor {
+                Some(_) => super::supervisor::SUPERVISOR_USER.to_string(),
+                None => spec.user.clone(),
+            }),
+            working_dir: Some(match spec.supervisor {
+                Some(_) => "/".to_string(),
+                None => "/workspace".to_string(),
+            }),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(spec.labels.clone().into_iter().collect()),
             network_disabled: Some(true),
@@ -408,6 +419,10 @@ impl Runtime for DockerRuntime {
         cgroup_oom_kills(container)
     }
 
+    async fn pids_refusals(&self, container: &str) -> Option<u64> {
+        cgroup_pids_refusals(container)
+    }
+
     async fn died_of_oom(&self, container: &str) -> bool {
         let Ok(docker) = self.client().await else {
             return false;
@@ -457,31 +472,35 @@ impl Runtime for DockerRuntime {
     }
 }
 
-/// Reads the container's OOM-kill counter from its memory cgroup, wherever
-/// the daemon's cgroup driver and version put it. Only works when the
-/// service shares the daemon's host (the usual case); `None` otherwise.
-/// A sysfs read is a memory copy, so it is done inline.
-fn cgroup_oom_kills(id: &str) -> Option<u64> {
+/// Reads a counter of the container's cgroup (`key N` in `file`), wherever
+/// the daemon's cgroup driver and version put it: under the cgroup v1
+/// controller `v1` or in the unified v2 hierarchy. Only works when the
+/// service shares the daemon's host (the usual case); `None` otherwise. A
+/// sysfs read is a memory copy, so it is done inline.
+fn cgroup_counter(id: &str, v1: &str, v1_file: &str, v2_file: &str, key: &str) -> Option<u64> {
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    // (before the id, after it): cgroup v1 and v2, cgroupfs and systemd.
-    const CANDIDATES: [(&str, &str); 4] = [
-        ("/sys/fs/cgroup/memory/docker/", "/memory.oom_control"),
-        (
-            "/sys/fs/cgroup/memory/system.slice/docker-",
-            ".scope/memory.oom_control",
-        ),
-        ("/sys/fs/cgroup/docker/", "/memory.events"),
-        (
-            "/sys/fs/cgroup/system.slice/docker-",
-            ".scope/memory.events",
-        ),
+    let candidates = [
+        format!("/sys/fs/cgroup/{v1}/docker/{id}/{v1_file}"),
+        format!("/sys/fs/cgroup/{v1}/system.slice/docker-{id}.scope/{v1_file}"),
+        format!("/sys/fs/cgroup/docker/{id}/{v2_file}"),
+        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/{v2_file}"),
     ];
-    CANDIDATES.iter().find_map(|(before, after)| {
-        let text = std::fs::read_to_string(format!("{before}{id}{after}")).ok()?;
+    candidates.iter().find_map(|path| {
+        let text = std::fs::read_to_string(path).ok()?;
         text.lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
             .and_then(|n| n.trim().parse().ok())
     })
+}
+
+/// How many processes of the container the OOM killer has ended.
+fn cgroup_oom_kills(id: &str) -> Option<u64> {
+    cgroup_counter(id, "memory", "memory.oom_control", "memory.events", "oom_kill")
+}
+
+/// How many forks the container's pids limit has refused.
+fn cgroup_pids_refusals(id: &str) -> Option<u64> {
+    cgroup_counter(id, "pids", "pids.events", "pids.events", "max")
 }

@@ -496,6 +496,7 @@ impl Sandbox {
             Arc::clone(&self.runtime),
             &container,
             &self.spec.user,
+            self.host_signals(),
             spec.clone(),
         )
         .await
@@ -515,8 +516,14 @@ impl Sandbox {
                 {
                     return Ok(Started { via, notes });
                 }
-                run::start(Arc::clone(&self.runtime), &container, &self.spec.user, spec)
-                    .await
+                run::start(
+                    Arc::clone(&self.runtime),
+                    &container,
+                    &self.spec.user,
+                    self.host_signals(),
+                    spec,
+                )
+                .await
                     .map(|running| Started {
                         via: Via::Exec(running),
                         notes,
@@ -524,6 +531,12 @@ impl Sandbox {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether the kill ladder of plain execs can signal from the host:
+    /// not under gVisor, whose processes live in its own kernel.
+    fn host_signals(&self) -> bool {
+        self.spec.runtime.as_deref() != Some("runsc")
     }
 
     /// Kills and removes `container` (its processes were not supervised by

@@ -2,12 +2,16 @@
 //!
 //! The command runs as `sh -c` under a small shell wrapper in its own exec.
 //! Docker starts every exec as a session and process-group leader, so the
-//! wrapper's pid is the command's process group; the wrapper writes it to a
-//! file in /tmp so a second exec can signal the whole group (Docker has no
-//! API to kill an exec). Output is capped while it arrives and drained past
-//! the cap. On timeout or when the client goes away the ladder runs: SIGTERM
-//! to the group, a grace period, SIGKILL to the group, and finally killing
-//! the container as the hard stop. A command whose main process has exited
+//! wrapper's pid is the command's process group. Docker has no API to kill
+//! an exec: the service asks the engine for the exec's host pid, checks on
+//! the host that the process belongs to the container, and signals the
+//! group from the host. Nothing the command can write decides what is
+//! signalled. Where the host cannot see the container's processes (a
+//! remote engine, gVisor) the ladder goes straight to killing the
+//! container. Output is capped while it arrives and drained past the cap.
+//! On timeout or when the client goes away the ladder runs: SIGTERM to the
+//! group, a grace period, SIGKILL to the group, and finally killing the
+//! container as the hard stop. A command whose main process has exited
 //! returns shortly after even if a background child still holds its output.
 
 use std::collections::BTreeMap;
@@ -19,24 +23,25 @@ use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
 use super::capture::{Capture, Captured};
+use rustix::process::{Pid, Signal};
+
 use super::{Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
 
 /// Wait between SIGTERM and SIGKILL.
 pub const TERM_GRACE: Duration = Duration::from_secs(2);
 /// Wait after SIGKILL before killing the container. SIGKILL acts at once;
-/// the time is for confirming it through helper execs, which a busy Docker
-/// daemon can make slow.
+/// the time is for the engine to notice the exec ended.
 const KILL_GRACE: Duration = Duration::from_secs(3);
 /// How often a running exec is checked for exit while its output is open.
 const EXIT_POLL: Duration = Duration::from_millis(200);
 /// Output still accepted after the main process exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
 
-/// The wrapper: record the process group (our pid), run the command with
-/// stdin closed, clean up. A TERM aimed at the group must not end the
-/// wrapper before the command, or the exec would look finished while the
-/// command lives on: the no-op trap defers it until the command returns.
-const WRAPPER: &str = r#"trap : TERM; echo $$ >"$1" 2>/dev/null; /bin/sh -c "$2" </dev/null; rc=$?; rm -f "$1"; exit $rc"#;
+/// The wrapper: run the command with stdin closed. A TERM aimed at the
+/// group must not end the wrapper before the command, or the exec would
+/// look finished while the command lives on: the no-op trap defers it until
+/// the command returns.
+const WRAPPER: &str = r#"trap : TERM; /bin/sh -c "$1" </dev/null"#;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -126,9 +131,8 @@ enum Stop {
 pub struct Running {
     rt: Arc<dyn Runtime>,
     container: String,
-    user: String,
     exec_id: String,
-    pidfile: String,
+    host_signals: bool,
     output: OutputStream,
     spec: CommandSpec,
     started: Instant,
@@ -143,23 +147,24 @@ impl std::fmt::Debug for Running {
     }
 }
 
-/// Starts `spec` in `container` as `user`. Errors here mean the command
-/// never ran.
+/// Starts `spec` in `container` as `user`. With `host_signals`, the kill
+/// ladder signals the command's process group from the host (the engine
+/// runs the container's processes as host processes); without, it kills
+/// the container. Errors here mean the command never ran.
 pub async fn start(
     rt: Arc<dyn Runtime>,
     container: &str,
     user: &str,
+    host_signals: bool,
     spec: CommandSpec,
 ) -> Result<Running, Error> {
     let started = Instant::now();
-    let pidfile = format!("/tmp/.sandboxd-{}.pid", uuid::Uuid::new_v4().simple());
     let exec = ExecSpec {
         argv: vec![
             "/bin/sh".into(),
             "-c".into(),
             WRAPPER.into(),
             "sandboxd".into(),
-            pidfile.clone(),
             spec.command.clone(),
         ],
         env: spec.env.clone(),
@@ -170,9 +175,8 @@ pub async fn start(
     Ok(Running {
         rt,
         container: container.to_string(),
-        user: user.to_string(),
         exec_id,
-        pidfile,
+        host_signals,
         output,
         spec,
         started,
@@ -193,47 +197,38 @@ impl Running {
     /// Drives the command to its end, sending `Started` and live chunks to
     /// `events` while the receiver listens. Always ends with a report, and
     /// whether the receiver went away (which counts as cancellation).
-    pub async fn drive(self, events: &mpsc::Sender<Event>) -> (ExitReport, bool) {
-        let Running {
-            rt,
-            container,
-            user,
-            exec_id,
-            pidfile,
-            mut output,
-            spec,
-            started,
-        } = self;
-        let rt = rt.as_ref();
-        let container = container.as_str();
-        let user = user.as_str();
-        drive(
-            rt,
-            container,
-            user,
-            &exec_id,
-            &pidfile,
-            &mut output,
-            &spec,
-            started,
-            events,
-        )
-        .await
+    pub async fn drive(mut self, events: &mpsc::Sender<Event>) -> (ExitReport, bool) {
+        let target = Target {
+            rt: self.rt.as_ref(),
+            container: &self.container,
+            exec_id: &self.exec_id,
+            host_signals: self.host_signals,
+        };
+        drive(&target, &mut self.output, &self.spec, self.started, events).await
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the kill ladder acts on.
+struct Target<'a> {
+    rt: &'a dyn Runtime,
+    container: &'a str,
+    exec_id: &'a str,
+    host_signals: bool,
+}
+
 async fn drive(
-    rt: &dyn Runtime,
-    container: &str,
-    user: &str,
-    exec_id: &str,
-    pidfile: &str,
+    target: &Target<'_>,
     output: &mut OutputStream,
     spec: &CommandSpec,
     started: Instant,
     events: &mpsc::Sender<Event>,
 ) -> (ExitReport, bool) {
+    let Target {
+        rt,
+        container,
+        exec_id,
+        ..
+    } = *target;
     let deadline = tokio::time::Instant::from_std(started) + spec.timeout;
     let mut stdout = Capture::new(spec.stdout_cap);
     let mut stderr = Capture::new(spec.stderr_cap);
@@ -288,7 +283,7 @@ async fn drive(
     let mut killed_by = KilledBy::None;
     if !matches!(stop, Stop::Finished) {
         // Keep draining (never let the writer block) while the ladder runs.
-        let ladder = ladder(rt, container, user, exec_id, pidfile);
+        let ladder = ladder(target);
         tokio::pin!(ladder);
         let mut ladder_done = false;
         let mut output_done = false;
@@ -356,19 +351,20 @@ async fn final_exit_code(rt: &dyn Runtime, exec_id: &str) -> i64 {
 
 /// SIGTERM to the group, grace, SIGKILL to the group, grace, then the
 /// container. Returns the rung that ended the command.
-async fn ladder(
-    rt: &dyn Runtime,
-    container: &str,
-    user: &str,
-    exec_id: &str,
-    pidfile: &str,
-) -> KilledBy {
-    if let Some(pgid) = term_group(rt, container, user, pidfile).await {
-        if gone(rt, container, user, exec_id, pgid, TERM_GRACE).await {
+async fn ladder(target: &Target<'_>) -> KilledBy {
+    let Target {
+        rt,
+        container,
+        exec_id,
+        host_signals,
+    } = *target;
+    if host_signals && let Some(group) = command_group(rt, container, exec_id).await {
+        let _ = rustix::process::kill_process_group(group, Signal::TERM);
+        if gone(rt, exec_id, group, TERM_GRACE).await {
             return KilledBy::ProcessGroupTerm;
         }
-        let _ = helper(rt, container, user, &format!("kill -KILL -{pgid}")).await;
-        if gone(rt, container, user, exec_id, pgid, KILL_GRACE).await {
+        let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        if gone(rt, exec_id, group, KILL_GRACE).await {
             return KilledBy::ProcessGroupKill;
         }
     }
@@ -378,79 +374,34 @@ async fn ladder(
     KilledBy::Container
 }
 
-/// Reads the group id from the pidfile and sends SIGTERM to the group.
-async fn term_group(rt: &dyn Runtime, container: &str, user: &str, pidfile: &str) -> Option<u32> {
-    // The wrapper may not have written the file yet if the timeout is tiny.
-    for _ in 0..3 {
-        let script = format!(
-            r#"p=$(cat '{pidfile}' 2>/dev/null) && [ -n "$p" ] && echo "$p" && kill -TERM "-$p""#
-        );
-        if let Ok((0, out)) = helper(rt, container, user, &script).await
-            && let Ok(pgid) = out.trim().parse::<u32>()
-            && pgid > 1
-        {
-            return Some(pgid);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// The command's process group as a host pid: the exec's main process,
+/// which the engine made a group leader, confirmed on the host to be a
+/// process of `container` (its cgroup names the container). `None` when
+/// the host cannot see it.
+async fn command_group(rt: &dyn Runtime, container: &str, exec_id: &str) -> Option<Pid> {
+    let pid = rt.exec_pid(exec_id).await?;
+    let pid = i32::try_from(pid).ok().and_then(Pid::from_raw)?;
+    let cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", pid.as_raw_nonzero())).ok()?;
+    if container.is_empty() || !cgroup.contains(container) {
+        tracing::debug!(container, "the exec's process is not visible on this host");
+        return None;
     }
-    None
+    Some(pid)
 }
 
 /// Waits up to `grace` for the exec to end and its group to be empty.
-async fn gone(
-    rt: &dyn Runtime,
-    container: &str,
-    user: &str,
-    exec_id: &str,
-    pgid: u32,
-    grace: Duration,
-) -> bool {
+async fn gone(rt: &dyn Runtime, exec_id: &str, group: Pid, grace: Duration) -> bool {
     let until = Instant::now() + grace;
     loop {
         let exited = matches!(rt.exec_state(exec_id).await, Ok(ExecState::Exited(_)));
-        // Background members that ignored the signal still count.
-        if exited && !group_alive(rt, container, user, pgid).await {
+        // Background members that ignored the signal still count; signal 0
+        // probes the group and ESRCH means nobody is left.
+        if exited && rustix::process::test_kill_process_group(group).is_err() {
             return true;
         }
         if Instant::now() >= until {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn group_alive(rt: &dyn Runtime, container: &str, user: &str, pgid: u32) -> bool {
-    // If the check cannot run, assume the worst and move down the ladder.
-    !matches!(
-        helper(rt, container, user, &format!("kill -0 -{pgid} 2>/dev/null")).await,
-        Ok((1, _))
-    )
-}
-
-/// Runs a short shell snippet in the container; returns exit code and stdout.
-async fn helper(
-    rt: &dyn Runtime,
-    container: &str,
-    user: &str,
-    script: &str,
-) -> Result<(i64, String), Error> {
-    let spec = ExecSpec {
-        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-        env: BTreeMap::new(),
-        cwd: "/".into(),
-        user: user.to_string(),
-    };
-    let (id, mut output) = rt.start_exec(container, &spec).await?;
-    let mut out = Vec::new();
-    let collect = async {
-        while let Some(item) = output.next().await {
-            if let Ok(Output::Stdout(b)) = item {
-                out.extend_from_slice(&b);
-            }
-        }
-    };
-    // A helper never needs long; do not let a wedged one stall the ladder.
-    let _ = tokio::time::timeout(Duration::from_secs(2), collect).await;
-    let code = final_exit_code(rt, &id).await;
-    Ok((code, String::from_utf8_lossy(&out).into_owned()))
 }
