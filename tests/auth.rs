@@ -122,7 +122,7 @@ impl Served {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
             .args(["serve", "--listen", listen, "--pool-size", "0"])
             .args(["--docker-host", common::NO_DOCKER])
-            .arg("--workspace-dir")
+            .arg("--state-dir")
             .arg(dir.path())
             .args([
                 "--service-name",

@@ -112,7 +112,7 @@ impl Served {
                 service,
             ])
             .args(["--pool-size", &pool.to_string()])
-            .arg("--workspace-dir")
+            .arg("--state-dir")
             .arg(workspaces)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
