@@ -18,6 +18,12 @@ use sandboxd::session::{Config, Registry, SandboxConfig};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
+use crate::terminal::Console;
+
+/// Where the client verbs print: every line that carries text the sandboxed
+/// side controls goes through it.
+type Stdio = Console<std::io::Stdout, std::io::Stderr>;
+
 /// Exit code of a refused call or a failure to reach the service.
 pub const EXIT_FAILURE: u8 = 1;
 
@@ -108,7 +114,8 @@ enum Command {
         /// Number of lines (0: server default).
         #[arg(long, default_value_t = 0)]
         limit: u64,
-        /// Print the content only, without numbers or summary.
+        /// Print the content only, without numbers or summary (on a
+        /// terminal, control characters are still shown, not sent).
         #[arg(long)]
         raw: bool,
     },
@@ -718,12 +725,39 @@ pub async fn connect(addr: &str, ca_cert: Option<&std::path::Path>) -> Result<Ch
     Ok(endpoint.connect().await.map_err(unreachable)?)
 }
 
+/// Runs one client verb, printing through a [`Console`] over stdout and
+/// stderr.
 async fn client(
     addr: &str,
     ca_cert: Option<&std::path::Path>,
     session: Option<String>,
     token: Option<String>,
     command: Command,
+) -> Result<ExitCode, AnyError> {
+    let mut con = Console::stdio();
+    let code = match call(addr, ca_cert, session, token, command, &mut con).await {
+        Ok(code) => code,
+        // Printed here, not by `run`: the error may echo what the service
+        // sent, and it must start on a line of its own.
+        Err(e) => {
+            con.status(format_args!("error: {e}"));
+            ExitCode::from(EXIT_FAILURE)
+        }
+    };
+    con.finish()
+        .map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(code)
+}
+
+/// Connects, makes the verb's call and prints its result; a refusal prints
+/// its reason and message.
+async fn call(
+    addr: &str,
+    ca_cert: Option<&std::path::Path>,
+    session: Option<String>,
+    token: Option<String>,
+    command: Command,
+    con: &mut Stdio,
 ) -> Result<ExitCode, AnyError> {
     let header = token
         .map(|t| format!("Bearer {t}").parse())
@@ -761,7 +795,7 @@ async fn client(
                 stdout_cap: cap,
                 stderr_cap: cap,
             };
-            match run_streaming(&mut c, req).await {
+            match run_streaming(&mut c, req, con).await {
                 Ok(code) => return Ok(code),
                 Err(status) => Err(status),
             }
@@ -799,21 +833,21 @@ async fn client(
             .map(|r| {
                 let s = r.into_inner();
                 if quiet {
-                    println!("{}", s.session_id);
+                    con.out(format_args!("{}\n", s.session_id));
                 } else {
-                    print_session(&s);
+                    print_session(con, &s);
                 }
             }),
         Command::Session(SessionCommand::Get { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;
             c.get_session(pb::GetSessionRequest { session_id })
                 .await
-                .map(|r| print_session(&r.into_inner()))
+                .map(|r| print_session(con, &r.into_inner()))
         }
         Command::Session(SessionCommand::List) => {
             c.list_sessions(pb::ListSessionsRequest {}).await.map(|r| {
                 for s in r.into_inner().sessions {
-                    println!("{}  {}", s.session_id, s.workspace_path);
+                    con.out(format_args!("{}  {}\n", s.session_id, s.workspace_path));
                 }
             })
         }
@@ -827,7 +861,7 @@ async fn client(
             let session_id = id.map_or_else(need_session, Ok)?;
             c.close_session(pb::CloseSessionRequest { session_id })
                 .await
-                .map(|r| println!("{}", r.into_inner().message))
+                .map(|r| con.out(format_args!("{}\n", r.into_inner().message)))
         }
         Command::Read {
             path,
@@ -842,7 +876,7 @@ async fn client(
                 limit,
             })
             .await
-            .map(|r| print_read(&r.into_inner(), raw)),
+            .map(|r| print_read(con, &r.into_inner(), raw)),
         Command::Create {
             path,
             content,
@@ -865,7 +899,7 @@ async fn client(
             .await
             .map(|r| {
                 let r = r.into_inner();
-                println!("{}\nsha256 {}", r.message, r.sha256);
+                con.out(format_args!("{}\nsha256 {}\n", r.message, r.sha256));
             })
         }
         Command::Edit {
@@ -901,10 +935,9 @@ async fn client(
             .await
             .map(|r| {
                 let r = r.into_inner();
-                println!("{}", r.message);
-                print!("{}", r.diff);
+                con.out(format_args!("{}\n{}", r.message, r.diff));
                 if r.diff_truncated {
-                    println!("... (diff truncated)");
+                    con.out(format_args!("... (diff truncated)\n"));
                 }
             })
         }
@@ -922,10 +955,10 @@ async fn client(
                         pb::dir_entry::Kind::Symlink => ("@", String::new()),
                         _ => ("", format!("{:>10}  ", e.size_bytes)),
                     };
-                    println!("{size:>12}{}{mark}", e.name);
+                    con.out(format_args!("{size:>12}{}{mark}\n", e.name));
                 }
                 if r.truncated {
-                    println!("... (more entries)");
+                    con.out(format_args!("... (more entries)\n"));
                 }
             }),
         Command::Find {
@@ -942,9 +975,11 @@ async fn client(
             .await
             .map(|r| {
                 let r = r.into_inner();
-                r.paths.iter().for_each(|p| println!("{p}"));
+                for p in &r.paths {
+                    con.out(format_args!("{p}\n"));
+                }
                 if r.truncated {
-                    println!("... (more matches)");
+                    con.out(format_args!("... (more matches)\n"));
                 }
             }),
         Command::Report {
@@ -958,7 +993,7 @@ async fn client(
                 verification_command: verify.unwrap_or_default(),
             })
             .await
-            .map(|r| print_report(&r.into_inner(), journal)),
+            .map(|r| print_report(con, &r.into_inner(), journal)),
         Command::Grep {
             pattern,
             path,
@@ -978,10 +1013,10 @@ async fn client(
             .map(|r| {
                 let r = r.into_inner();
                 for m in &r.matches {
-                    println!("{}:{}: {}", m.path, m.line, m.text);
+                    con.out(format_args!("{}:{}: {}\n", m.path, m.line, m.text));
                 }
                 if r.truncated {
-                    println!("... (more matches)");
+                    con.out(format_args!("... (more matches)\n"));
                 }
             }),
     };
@@ -991,7 +1026,7 @@ async fn client(
             let reason = status
                 .get_details_error_info()
                 .map_or_else(|| format!("{:?}", status.code()), |i| i.reason);
-            eprintln!("refused [{reason}]: {}", status.message());
+            con.status(format_args!("refused [{reason}]: {}", status.message()));
             Ok(ExitCode::from(EXIT_FAILURE))
         }
     }
@@ -1005,35 +1040,35 @@ fn unreachable_serve() -> Result<(), tonic::Status> {
 async fn run_streaming(
     c: &mut Client,
     req: pb::RunCommandRequest,
+    con: &mut Stdio,
 ) -> Result<ExitCode, tonic::Status> {
     use pb::run_command_event::Event;
-    use std::io::Write;
     let mut events = c.run_command(req).await?.into_inner();
     while let Some(ev) = events.message().await? {
         match ev.event {
             Some(Event::Stdout(chunk)) => {
-                print!("{}", chunk.data);
-                let _ = std::io::stdout().flush();
+                con.out(format_args!("{}", chunk.data));
+                con.flush();
             }
-            Some(Event::Stderr(chunk)) => eprint!("{}", chunk.data),
+            Some(Event::Stderr(chunk)) => con.err(format_args!("{}", chunk.data)),
             Some(Event::Exit(exit)) => {
                 let (out, err) = (
                     exit.stdout.clone().unwrap_or_default(),
                     exit.stderr.clone().unwrap_or_default(),
                 );
                 if out.truncated {
-                    print!(
+                    con.out(format_args!(
                         "\n[... {} bytes omitted ...]\n{}",
                         out.omitted_bytes, out.tail
-                    );
+                    ));
                 }
                 if err.truncated {
-                    eprint!(
+                    con.err(format_args!(
                         "\n[... {} bytes omitted ...]\n{}",
                         err.omitted_bytes, err.tail
-                    );
+                    ));
                 }
-                eprintln!("{}", exit_summary(&exit));
+                con.status(format_args!("{}", exit_summary(&exit)));
                 let code = if exit.timed_out {
                     124
                 } else {
@@ -1069,24 +1104,24 @@ pub fn exit_summary(exit: &pb::CommandExit) -> String {
     )
 }
 
-fn print_report(r: &pb::SessionReport, journal: bool) {
-    println!("files written ({}):", r.files_written.len());
+fn print_report(con: &mut Stdio, r: &pb::SessionReport, journal: bool) {
+    con.out(format_args!("files written ({}):\n", r.files_written.len()));
     for w in &r.files_written {
         let before = if w.sha256_before.is_empty() {
-            "new".to_string()
+            "new"
         } else {
-            w.sha256_before[..12.min(w.sha256_before.len())].to_string()
+            prefix(&w.sha256_before, 12)
         };
-        println!(
-            "  #{:<4} {:<10} {}  {} -> {}",
+        con.out(format_args!(
+            "  #{:<4} {:<10} {}  {} -> {}\n",
             w.seq,
             w.tool,
             w.path,
             before,
-            &w.sha256_after[..12.min(w.sha256_after.len())]
-        );
+            prefix(&w.sha256_after, 12)
+        ));
     }
-    println!("commands ({}):", r.commands.len());
+    con.out(format_args!("commands ({}):\n", r.commands.len()));
     for c in &r.commands {
         let mut how = format!("exit {}", c.exit_code);
         if c.timed_out {
@@ -1098,14 +1133,14 @@ fn print_report(r: &pb::SessionReport, journal: bool) {
         if c.cancelled {
             how.push_str(", cancelled");
         }
-        println!("  #{:<4} {}  [{how}]", c.seq, c.command);
+        con.out(format_args!("  #{:<4} {}  [{how}]\n", c.seq, c.command));
     }
-    println!("refused ({}):", r.denied.len());
+    con.out(format_args!("refused ({}):\n", r.denied.len()));
     for d in &r.denied {
-        println!(
-            "  #{:<4} {:<10} {} [{}]",
+        con.out(format_args!(
+            "  #{:<4} {:<10} {} [{}]\n",
             d.seq, d.tool, d.summary, d.reason
-        );
+        ));
     }
     let list = |v: &[String]| {
         if v.is_empty() {
@@ -1115,9 +1150,12 @@ fn print_report(r: &pb::SessionReport, journal: bool) {
         }
     };
     if !r.planned_touched.is_empty() || !r.unplanned.is_empty() || !r.untouched.is_empty() {
-        println!("planned and touched: {}", list(&r.planned_touched));
-        println!("touched, not planned: {}", list(&r.unplanned));
-        println!("planned, untouched:  {}", list(&r.untouched));
+        con.out(format_args!(
+            "planned and touched: {}\ntouched, not planned: {}\nplanned, untouched:  {}\n",
+            list(&r.planned_touched),
+            list(&r.unplanned),
+            list(&r.untouched)
+        ));
     }
     if let Some(v) = &r.verification {
         let verdict = match (v.ran, v.ran_after_last_write, v.passed) {
@@ -1128,31 +1166,37 @@ fn print_report(r: &pb::SessionReport, journal: bool) {
                 format!("ran after the last write and failed (exit {})", v.exit_code)
             }
         };
-        println!("verification {:?}: {verdict}", v.command);
+        con.out(format_args!("verification {:?}: {verdict}\n", v.command));
     }
     if journal {
-        println!("journal ({} dropped):", r.journal_dropped);
+        con.out(format_args!("journal ({} dropped):\n", r.journal_dropped));
         for e in &r.journal {
-            println!(
-                "  #{:<4} {:<16} {:<10} {} ms  {}  {}",
+            con.out(format_args!(
+                "  #{:<4} {:<16} {:<10} {} ms  {}  {}\n",
                 e.seq, e.tool, e.outcome, e.duration_ms, e.summary, e.detail
-            );
+            ));
         }
     }
 }
 
-fn print_session(s: &pb::Session) {
-    println!("session   {}", s.session_id);
-    println!(
-        "workspace {}{}",
+/// The first `chars` characters of `s` (ids and hashes come from the
+/// service: never cut one inside a character).
+fn prefix(s: &str, chars: usize) -> &str {
+    s.char_indices().nth(chars).map_or(s, |(end, _)| &s[..end])
+}
+
+fn print_session(con: &mut Stdio, s: &pb::Session) {
+    con.out(format_args!("session   {}\n", s.session_id));
+    con.out(format_args!(
+        "workspace {}{}\n",
         s.workspace_path,
         if s.owns_workspace {
             " (fresh, removed on close)"
         } else {
             ""
         }
-    );
-    println!("ttl       {}s idle", s.ttl_seconds);
+    ));
+    con.out(format_args!("ttl       {}s idle\n", s.ttl_seconds));
     if let Some(p) = &s.policy {
         let mut rules = Vec::new();
         if p.read_only {
@@ -1168,28 +1212,33 @@ fn print_session(s: &pb::Session) {
             rules.push(format!("guard {}", p.guard_patterns.join(", ")));
         }
         if !rules.is_empty() {
-            println!("policy    {}", rules.join("; "));
+            con.out(format_args!("policy    {}\n", rules.join("; ")));
         }
     }
-    println!("image     {}", s.image);
+    con.out(format_args!("image     {}\n", s.image));
     match (s.container_id.as_str(), s.sandbox_status.as_str()) {
-        (_, status) if !status.is_empty() => println!("sandbox   unavailable: {status}"),
-        ("", _) => println!("container (none yet; starts with the first command)"),
-        (id, _) => println!("container {}", &id[..id.len().min(12)]),
+        (_, status) if !status.is_empty() => {
+            con.out(format_args!("sandbox   unavailable: {status}\n"))
+        }
+        ("", _) => con.out(format_args!(
+            "container (none yet; starts with the first command)\n"
+        )),
+        (id, _) => con.out(format_args!("container {}\n", prefix(id, 12))),
     }
 }
 
-fn print_read(r: &pb::ReadFileResponse, raw: bool) {
+fn print_read(con: &mut Stdio, r: &pb::ReadFileResponse, raw: bool) {
     if raw {
-        print!("{}", r.content);
+        con.out(format_args!("{}", r.content));
         return;
     }
     let width = r.last_line.to_string().len().max(4);
     for (i, line) in r.content.split_inclusive('\n').enumerate() {
-        print!("{:>width$}  {}", r.first_line + i as u64, line);
-        if !line.ends_with('\n') {
-            println!();
-        }
+        let end = if line.ends_with('\n') { "" } else { "\n" };
+        con.out(format_args!(
+            "{:>width$}  {line}{end}",
+            r.first_line + i as u64
+        ));
     }
-    println!("-- {} (sha256 {})", r.message, r.sha256);
+    con.out(format_args!("-- {} (sha256 {})\n", r.message, r.sha256));
 }

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod demo;
 mod local;
+mod terminal;
 
 use std::process::ExitCode;
 

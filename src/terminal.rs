@@ -1,0 +1,422 @@
+//! What the CLI prints. Most of it is text the sandboxed side controls:
+//! command output, file contents, search matches, file names, diffs, and
+//! messages that echo paths. A hostile command could hide control sequences
+//! in any of it to move the cursor, erase lines, print a fake `[exit 0 ...]`
+//! over the real result or retitle the terminal.
+//!
+//! [`Console`] owns stdout and stderr for the client verbs. A stream that is
+//! a terminal (each checked on its own) gets text through [`neutralise`]: the
+//! terminal shows control characters instead of acting on them. A stream
+//! that is piped or redirected gets the bytes exactly as received, for
+//! scripts. [`Console::status`] writes the CLI's own lines (exit summaries,
+//! refusals) and starts them on a line of their own on a terminal.
+//!
+//! Rendering, one character at a time (so a sequence split across streamed
+//! chunks is shown just the same):
+//! - newline and tab are kept;
+//! - the other C0 controls U+0000..U+001F in caret notation, as `cat -v` and
+//!   `less` show them: ESC as `^[`, CR as `^M`, backspace as `^H`, BEL as `^G`;
+//! - DEL (U+007F) as `^?`;
+//! - the C1 controls U+0080..U+009F (a single CSI U+009B starts a sequence on
+//!   some terminals) as `<U+009B>`, as `less` shows them;
+//! - everything else, multibyte text included, unchanged.
+
+use std::borrow::Cow;
+use std::fmt::{self, Write as _};
+use std::io::{self, IsTerminal, Write};
+
+/// Whether a terminal would act on `c` rather than show it (newline and tab
+/// are the two controls text needs).
+fn is_control(c: char) -> bool {
+    matches!(c, '\0'..='\x1f' | '\x7f' | '\u{80}'..='\u{9f}') && c != '\n' && c != '\t'
+}
+
+/// `text` as a terminal must receive it: every control character except
+/// newline and tab rendered visibly (see the module docs), the rest
+/// unchanged. Borrows when there is nothing to render.
+pub fn neutralise(text: &str) -> Cow<'_, str> {
+    if !text.contains(is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !is_control(c) => shown.push(c),
+            '\x7f' => shown.push_str("^?"),
+            '\0'..='\x1f' => {
+                shown.push('^');
+                // ^@ for NUL, ^A for SOH, ... ^[ for ESC, ^_ for US.
+                shown.push(char::from(b'@' + c as u8));
+            }
+            c => {
+                let _ = write!(shown, "<U+{:04X}>", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// One of the CLI's output streams.
+struct Stream<W> {
+    writer: W,
+    /// A terminal gets neutralised text; anything else the exact bytes.
+    terminal: bool,
+    /// The first write error; nothing more is written after it.
+    failed: Option<io::Error>,
+}
+
+impl<W: Write> Stream<W> {
+    fn new(writer: W, terminal: bool) -> Self {
+        Stream {
+            writer,
+            terminal,
+            failed: None,
+        }
+    }
+
+    fn write_str(&mut self, text: &str) {
+        if self.failed.is_some() || text.is_empty() {
+            return;
+        }
+        let written = if self.terminal {
+            self.writer.write_all(neutralise(text).as_bytes())
+        } else {
+            self.writer.write_all(text.as_bytes())
+        };
+        if let Err(e) = written {
+            self.failed = Some(e);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.failed.is_none()
+            && let Err(e) = self.writer.flush()
+        {
+            self.failed = Some(e);
+        }
+    }
+}
+
+/// Stdout and stderr of the client verbs. Every print of text the sandboxed
+/// side controls goes through here, so none of it reaches a terminal raw.
+///
+/// Writes never panic: a failed stream is recorded, written no more, and
+/// reported by [`Console::finish`].
+pub struct Console<O: Write, E: Write> {
+    out: Stream<O>,
+    err: Stream<E>,
+    /// Whether the last character written to a terminal, on either stream,
+    /// ended a line. Both streams usually share one terminal, so output
+    /// without a final newline on stdout leaves stderr's cursor mid-line too.
+    at_line_start: bool,
+}
+
+impl Console<io::Stdout, io::Stderr> {
+    /// The process's stdout and stderr, each neutralised if it is a terminal.
+    pub fn stdio() -> Self {
+        let (out, err) = (io::stdout(), io::stderr());
+        let (out_terminal, err_terminal) = (out.is_terminal(), err.is_terminal());
+        Console::new(out, out_terminal, err, err_terminal)
+    }
+}
+
+impl<O: Write, E: Write> Console<O, E> {
+    /// A console over any two writers, saying which of them is a terminal.
+    pub fn new(out: O, out_terminal: bool, err: E, err_terminal: bool) -> Self {
+        Console {
+            out: Stream::new(out, out_terminal),
+            err: Stream::new(err, err_terminal),
+            at_line_start: true,
+        }
+    }
+
+    /// Prints to stdout, like `print!`.
+    pub fn out(&mut self, args: fmt::Arguments<'_>) {
+        write_args(&mut self.out, &mut self.at_line_start, args);
+    }
+
+    /// Prints to stderr, like `eprint!`, after what stdout holds so the
+    /// two stay in order on a shared terminal.
+    pub fn err(&mut self, args: fmt::Arguments<'_>) {
+        self.out.flush();
+        write_args(&mut self.err, &mut self.at_line_start, args);
+    }
+
+    /// Prints a line of the CLI's own to stderr: an exit summary, a refusal,
+    /// an error. On a terminal it starts on a line of its own, whatever
+    /// output came before it, so nothing can be glued in front of it.
+    pub fn status(&mut self, args: fmt::Arguments<'_>) {
+        self.out.flush();
+        if self.err.terminal && !self.at_line_start {
+            self.err.write_str("\n");
+        }
+        write_args(&mut self.err, &mut self.at_line_start, args);
+        write_args(&mut self.err, &mut self.at_line_start, format_args!("\n"));
+    }
+
+    /// Sends what stdout buffers, so streamed output shows as it arrives.
+    pub fn flush(&mut self) {
+        self.out.flush();
+        self.err.flush();
+    }
+
+    /// Flushes both streams and returns the first write error, if any. A
+    /// reader that went away (`sandboxd read f | head`) is not an error.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.flush();
+        match self.out.failed.take().or_else(|| self.err.failed.take()) {
+            Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Formats `args` into `stream` piece by piece (no intermediate string for a
+/// whole file) and keeps track of the terminal's line start.
+fn write_args<W: Write>(
+    stream: &mut Stream<W>,
+    at_line_start: &mut bool,
+    args: fmt::Arguments<'_>,
+) {
+    struct Pieces<'a, W> {
+        stream: &'a mut Stream<W>,
+        at_line_start: &'a mut bool,
+    }
+    impl<W: Write> fmt::Write for Pieces<'_, W> {
+        fn write_str(&mut self, piece: &str) -> fmt::Result {
+            if piece.is_empty() {
+                return Ok(());
+            }
+            self.stream.write_str(piece);
+            if self.stream.terminal {
+                // Neutralised text ends with a newline exactly when the raw
+                // piece does: a newline is kept, nothing else becomes one.
+                *self.at_line_start = piece.ends_with('\n');
+            }
+            Ok(())
+        }
+    }
+    // Only Pieces could fail, and it does not: errors stay in the stream.
+    let _ = fmt::write(
+        &mut Pieces {
+            stream,
+            at_line_start,
+        },
+        args,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A console over two buffers, stdout and stderr terminals as given.
+    fn console(out_terminal: bool, err_terminal: bool) -> Console<Vec<u8>, Vec<u8>> {
+        Console::new(Vec::new(), out_terminal, Vec::new(), err_terminal)
+    }
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn plain_text_is_borrowed_unchanged() {
+        let line = "fn main() {\n\tprintln!(\"hi\");\n}\n";
+        assert!(matches!(neutralise(line), Cow::Borrowed(s) if s == line));
+    }
+
+    #[test]
+    fn newline_and_tab_are_kept() {
+        assert_eq!(neutralise("a\tb\nc\n"), "a\tb\nc\n");
+    }
+
+    #[test]
+    fn escape_is_shown_in_caret_notation() {
+        assert_eq!(neutralise("\x1b"), "^[");
+        assert_eq!(neutralise("\x1b[31mred\x1b[0m"), "^[[31mred^[[0m");
+    }
+
+    #[test]
+    fn csi_cursor_moves_cannot_forge_an_exit_line() {
+        let forged = "\x1b[1A\x1b[2K[exit 0 in 1 ms]";
+        assert_eq!(neutralise(forged), "^[[1A^[[2K[exit 0 in 1 ms]");
+    }
+
+    #[test]
+    fn osc_title_sets_are_shown_with_either_terminator() {
+        assert_eq!(neutralise("\x1b]0;owned\x07after"), "^[]0;owned^Gafter");
+        assert_eq!(neutralise("\x1b]2;owned\x1b\\after"), "^[]2;owned^[\\after");
+    }
+
+    #[test]
+    fn carriage_return_cannot_overwrite_a_line() {
+        assert_eq!(neutralise("FAILED\rPASSED"), "FAILED^MPASSED");
+        // A CRLF line ending shows its CR too: on a terminal the newline
+        // alone ends the line.
+        assert_eq!(neutralise("ok\r\n"), "ok^M\n");
+    }
+
+    #[test]
+    fn backspace_bell_nul_and_delete_are_shown() {
+        assert_eq!(neutralise("ab\x08\x08xy"), "ab^H^Hxy");
+        assert_eq!(neutralise("\x07\0\x7f"), "^G^@^?");
+        assert_eq!(neutralise("\x01\x1f"), "^A^_");
+    }
+
+    #[test]
+    fn c1_controls_are_shown_as_code_points() {
+        // U+009B is a one-character CSI; U+009D a one-character OSC.
+        assert_eq!(neutralise("\u{9b}2J"), "<U+009B>2J");
+        assert_eq!(neutralise("\u{80}\u{9d}\u{9f}"), "<U+0080><U+009D><U+009F>");
+    }
+
+    #[test]
+    fn multibyte_text_next_to_controls_is_left_intact() {
+        let text = "héllo → 世界 🦀 \u{a0}\u{a9}";
+        assert_eq!(neutralise(text), text);
+        assert_eq!(neutralise("é\x1b[2J世"), "é^[[2J世");
+        // U+00A0 and up are text, not C1 controls.
+        assert_eq!(neutralise("\u{9f}\u{a0}"), "<U+009F>\u{a0}");
+    }
+
+    #[test]
+    fn every_control_is_rendered_and_nothing_else() {
+        for c in (0..=0x10_ffff_u32).filter_map(char::from_u32) {
+            let shown = neutralise(c.encode_utf8(&mut [0; 4])).into_owned();
+            let kept = shown == c.to_string();
+            let control = matches!(u32::from(c), 0..=0x1f | 0x7f..=0x9f) && c != '\n' && c != '\t';
+            assert_eq!(kept, !control, "U+{:04X} -> {shown:?}", u32::from(c));
+            assert!(
+                !shown.contains(is_control),
+                "U+{:04X} renders as a control",
+                u32::from(c)
+            );
+        }
+    }
+
+    #[test]
+    fn a_sequence_split_across_chunks_is_still_shown() {
+        let mut con = console(true, true);
+        for chunk in ["partial \x1b", "[1A\x1b", "[2K", "[exit 0 in 1 ms]\r"] {
+            con.out(format_args!("{chunk}"));
+        }
+        assert_eq!(
+            text(&con.out.writer),
+            "partial ^[[1A^[[2K[exit 0 in 1 ms]^M"
+        );
+    }
+
+    #[test]
+    fn a_terminal_gets_neutralised_text_and_a_pipe_the_exact_bytes() {
+        let hostile = "a\x1b]0;t\x07b\rc\u{9b}d\n";
+        let mut con = console(true, false);
+        con.out(format_args!("{hostile}"));
+        con.err(format_args!("{hostile}"));
+        assert_eq!(text(&con.out.writer), "a^[]0;t^Gb^Mc<U+009B>d\n");
+        assert_eq!(text(&con.err.writer), hostile);
+
+        let mut con = console(false, true);
+        con.out(format_args!("{hostile}"));
+        con.err(format_args!("{hostile}"));
+        assert_eq!(text(&con.out.writer), hostile);
+        assert_eq!(text(&con.err.writer), "a^[]0;t^Gb^Mc<U+009B>d\n");
+    }
+
+    #[test]
+    fn formatting_around_hostile_text_is_neutralised_as_a_whole() {
+        let mut con = console(true, true);
+        let (path, line, text_) = ("a\x1b[2Kb.py", 7, "x\ry");
+        con.out(format_args!("{path}:{line}: {text_}\n"));
+        assert_eq!(text(&con.out.writer), "a^[[2Kb.py:7: x^My\n");
+    }
+
+    #[test]
+    fn status_starts_on_its_own_line_after_output_without_newline() {
+        let mut con = console(true, true);
+        con.out(format_args!("no newline at the end"));
+        con.status(format_args!("[exit 3 in 5 ms]"));
+        assert_eq!(text(&con.err.writer), "\n[exit 3 in 5 ms]\n");
+
+        // The same after stderr output, and after a trailing CR, which no
+        // longer returns the cursor.
+        let mut con = console(true, true);
+        con.err(format_args!("warning\r"));
+        con.status(format_args!("[exit 0 in 1 ms]"));
+        assert_eq!(text(&con.err.writer), "warning^M\n[exit 0 in 1 ms]\n");
+    }
+
+    #[test]
+    fn status_adds_no_blank_line_after_a_complete_line() {
+        let mut con = console(true, true);
+        con.out(format_args!("done\n"));
+        con.status(format_args!("[exit 0 in 1 ms]"));
+        assert_eq!(text(&con.err.writer), "[exit 0 in 1 ms]\n");
+
+        let mut con = console(true, true);
+        con.status(format_args!("refused [NOT_FOUND]: no such file"));
+        assert_eq!(text(&con.err.writer), "refused [NOT_FOUND]: no such file\n");
+    }
+
+    #[test]
+    fn status_follows_the_last_terminal_write_of_either_stream() {
+        // stdout ended mid-line, then stderr completed a line: the cursor is
+        // at a line start again.
+        let mut con = console(true, true);
+        con.out(format_args!("partial"));
+        con.err(format_args!("line\n"));
+        con.status(format_args!("[exit 1 in 2 ms]"));
+        assert_eq!(text(&con.err.writer), "line\n[exit 1 in 2 ms]\n");
+    }
+
+    #[test]
+    fn piped_output_is_left_as_received_before_a_status_line() {
+        // Piped stdout does not move a terminal's cursor; piped stderr keeps
+        // exactly the bytes it has always had.
+        let mut con = console(false, true);
+        con.out(format_args!("partial"));
+        con.status(format_args!("[exit 0 in 1 ms]"));
+        assert_eq!(text(&con.err.writer), "[exit 0 in 1 ms]\n");
+
+        let mut con = console(false, false);
+        con.err(format_args!("partial\x1b[1A"));
+        con.status(format_args!("[exit 0 in 1 ms]"));
+        assert_eq!(text(&con.err.writer), "partial\x1b[1A[exit 0 in 1 ms]\n");
+    }
+
+    #[test]
+    fn status_text_is_neutralised_too() {
+        let mut con = console(true, true);
+        con.status(format_args!("refused [X]: {}", "bad\x1b[2Kpath"));
+        assert_eq!(text(&con.err.writer), "refused [X]: bad^[[2Kpath\n");
+    }
+
+    /// A writer whose every write fails with `kind`.
+    struct Failing(io::ErrorKind);
+
+    impl Write for Failing {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(self.0.into())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_is_not_an_error_and_other_write_failures_are() {
+        let mut con = Console::new(Failing(io::ErrorKind::BrokenPipe), false, Vec::new(), false);
+        con.out(format_args!("lost\n"));
+        con.out(format_args!("lost too\n"));
+        assert!(con.finish().is_ok());
+
+        let mut con = Console::new(
+            Failing(io::ErrorKind::StorageFull),
+            false,
+            Vec::new(),
+            false,
+        );
+        con.out(format_args!("lost\n"));
+        let e = con.finish().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::StorageFull);
+    }
+}
