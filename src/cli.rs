@@ -361,7 +361,11 @@ struct ServeArgs {
     /// A further image sessions may name (repeatable, or comma-separated
     /// in the environment); the default image is always allowed, any other
     /// is refused with IMAGE_NOT_ALLOWED.
-    #[arg(long = "allow-image", env = "SANDBOXD_ALLOW_IMAGES", value_delimiter = ',')]
+    #[arg(
+        long = "allow-image",
+        env = "SANDBOXD_ALLOW_IMAGES",
+        value_delimiter = ','
+    )]
     allow_images: Vec<String>,
     /// Container runtime, e.g. runsc for gVisor (default: the engine's).
     #[arg(long, env = "SANDBOXD_CONTAINER_RUNTIME")]
@@ -455,10 +459,12 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },
-        Command::Supervise { connect, user } => sandboxd::sandbox::supervise::supervise(connect, user)
-            .await
-            .map(|()| ExitCode::SUCCESS)
-            .map_err(Into::into),
+        Command::Supervise { connect, user } => {
+            sandboxd::sandbox::supervise::supervise(connect, user)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(Into::into)
+        }
         command => {
             client(
                 &cli.addr,

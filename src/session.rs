@@ -1212,9 +1212,7 @@ async fn prepare(
         ]),
         runtime: cfg.runtime.clone(),
         supervisor: cfg.supervisor.clone(),
-        socket_dir: cfg
-            .socket_link
-            .then(|| volumes.socket_root().join(&id)),
+        socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(&id)),
     };
     Ok(Prepared {
         id,

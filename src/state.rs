@@ -272,3 +272,108 @@ fn reopen_dir(fd: &OwnedFd, path: &Path) -> Result<OwnedFd, Error> {
     .map_err(state_err(path))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    fn chmod(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn chown(path: &Path, uid: u32) {
+        std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    }
+
+    /// A private base directory to play in (tempfile makes them 0755).
+    fn base() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        chmod(dir.path(), 0o700);
+        dir
+    }
+
+    fn unsafe_why(path: &Path) -> String {
+        match StateDir::open(path) {
+            Err(Error::Unsafe { why, .. }) => why,
+            other => panic!("{} was accepted: {other:?}", path.display()),
+        }
+    }
+
+    #[test]
+    fn missing_directories_are_made_private() {
+        let base = base();
+        let path = base.path().join("a/b/state");
+        let state = StateDir::open(&path).unwrap();
+        for dir in [base.path().join("a"), base.path().join("a/b"), path.clone()] {
+            assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        }
+        let sub = state.subdir("workspaces").unwrap();
+        assert_eq!(std::fs::metadata(&sub.path).unwrap().mode() & 0o777, 0o700);
+        // Opening it again is fine.
+        StateDir::open(&path).unwrap();
+    }
+
+    #[test]
+    fn an_open_mode_is_refused() {
+        let base = base();
+        let path = base.path().join("state");
+        std::fs::create_dir(&path).unwrap();
+        chmod(&path, 0o711);
+        assert!(unsafe_why(&path).contains("chmod 700"));
+    }
+
+    #[test]
+    fn another_owner_is_refused() {
+        // Another user made it first (say, in a shared directory).
+        let base = base();
+        let path = base.path().join("state");
+        std::fs::create_dir(&path).unwrap();
+        chmod(&path, 0o700);
+        chown(&path, 65534);
+        assert!(unsafe_why(&path).contains("owned by uid 65534"));
+    }
+
+    #[test]
+    fn a_symlink_anywhere_on_the_path_is_refused() {
+        let base = base();
+        let real = base.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        chmod(&real, 0o700);
+        std::os::unix::fs::symlink(&real, base.path().join("link")).unwrap();
+        assert!(unsafe_why(&base.path().join("link")).contains("symbolic link"));
+        assert!(unsafe_why(&base.path().join("link/state")).contains("symbolic link"));
+    }
+
+    #[test]
+    fn ancestors_others_can_change_are_refused_unless_sticky() {
+        let base = base();
+        let shared = base.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        chmod(&shared, 0o777);
+        assert!(unsafe_why(&shared.join("state")).contains("mode 0777"));
+        // Sticky, like /tmp: others cannot rename or remove what we make.
+        chmod(&shared, 0o1777);
+        StateDir::open(&shared.join("state")).unwrap();
+        // An ancestor owned by another user is refused whatever its mode.
+        let theirs = base.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        chown(&theirs, 65534);
+        assert!(unsafe_why(&theirs.join("state")).contains("owned by uid 65534"));
+    }
+
+    #[test]
+    fn a_planted_lock_file_is_refused() {
+        let base = base();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let outside = base.path().join("victim");
+        std::fs::write(&outside, "keep").unwrap();
+        std::os::unix::fs::symlink(&outside, state.path().join("a.lock")).unwrap();
+        assert!(state.lock("a.lock").is_err());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        std::fs::write(state.path().join("b.lock"), "").unwrap();
+        chown(&state.path().join("b.lock"), 65534);
+        assert!(state.lock("b.lock").is_err());
+        let held = state.lock("c.lock").unwrap();
+        drop(held);
+    }
+}

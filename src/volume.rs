@@ -515,10 +515,12 @@ impl Volume {
             Kind::Filesystem | Kind::Directory => {
                 crate::workspace::remove::remove_tree_at(&dir.fd, &self.id)
             }
-            Kind::Pin => match rustix::fs::unlinkat(&dir.fd, self.id.as_str(), AtFlags::REMOVEDIR) {
-                Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
-                Err(e) => Err(e.into()),
-            },
+            Kind::Pin => {
+                match rustix::fs::unlinkat(&dir.fd, self.id.as_str(), AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+                    Err(e) => Err(e.into()),
+                }
+            }
         }
     }
 

@@ -123,7 +123,7 @@ impl Served {
             .args(["serve", "--listen", listen, "--pool-size", "0"])
             .args(["--docker-host", common::NO_DOCKER])
             .arg("--state-dir")
-            .arg(dir.path())
+            .arg(dir.path().join("state"))
             .args([
                 "--service-name",
                 &format!("sandboxd-auth-{}", std::process::id()),

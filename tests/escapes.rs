@@ -68,6 +68,10 @@ async fn swapped_path_never_mounts_a_host_directory() {
     let proj = srv.allowed_root.path().join("proj");
     std::fs::create_dir_all(proj.join("sub")).unwrap();
     std::fs::write(proj.join("sub/mine.txt"), "B's own file\n").unwrap();
+    // A user's checkout: commands run as its owner.
+    for dir in [&proj, &proj.join("sub")] {
+        std::os::unix::fs::chown(dir, Some(1000), Some(1000)).unwrap();
+    }
     let (_target, secret) = host_target();
     let target_dir = secret.parent().unwrap().to_path_buf();
     let a = lent_session(&srv, &proj).await.unwrap();
@@ -86,15 +90,31 @@ async fn swapped_path_never_mounts_a_host_directory() {
     // Variant 1: the container is reset through the API.
     reset(&srv, &b).await;
     let after = run(&srv.client, &b, check, 20_000).await;
-    assert!(after.stdout().starts_with("B's own file\n"), "{}", after.stdout());
-    assert!(!after.stdout().contains("host secret"), "{}", after.stdout());
+    assert!(
+        after.stdout().starts_with("B's own file\n"),
+        "{}",
+        after.stdout()
+    );
+    assert!(
+        !after.stdout().contains("host secret"),
+        "{}",
+        after.stdout()
+    );
 
     // Variant 2: the container is killed from outside; the next command
     // replaces it.
     assert!(docker(&["kill", &container_of(&b)]).status.success());
     let after = run(&srv.client, &b, check, 20_000).await;
-    assert!(after.stdout().starts_with("B's own file\n"), "{}", after.stdout());
-    assert!(!after.stdout().contains("host secret"), "{}", after.stdout());
+    assert!(
+        after.stdout().starts_with("B's own file\n"),
+        "{}",
+        after.stdout()
+    );
+    assert!(
+        !after.stdout().contains("host secret"),
+        "{}",
+        after.stdout()
+    );
 
     // Variant 3: a component above the lent directory is swapped on the
     // host (another local user with rights there, or a second session over
@@ -103,8 +123,16 @@ async fn swapped_path_never_mounts_a_host_directory() {
     std::os::unix::fs::symlink(&target_dir, &proj).unwrap();
     assert!(docker(&["kill", &container_of(&b)]).status.success());
     let after = run(&srv.client, &b, check, 20_000).await;
-    assert!(after.stdout().starts_with("B's own file\n"), "{}", after.stdout());
-    assert!(!after.stdout().contains("host secret"), "{}", after.stdout());
+    assert!(
+        after.stdout().starts_with("B's own file\n"),
+        "{}",
+        after.stdout()
+    );
+    assert!(
+        !after.stdout().contains("host secret"),
+        "{}",
+        after.stdout()
+    );
 
     assert!(
         !target_dir.join("planted.txt").exists(),
@@ -167,7 +195,15 @@ async fn commands_cannot_reach_their_supervisor_and_a_lost_link_replaces_the_con
     let ran = run(&srv.client, &sid, attack, 20_000).await;
     let out = ran.stdout();
     assert!(!out.contains("supervisor pid: \n"), "{out}");
-    for line in ["kill: 0", "stop: 0", "environ: 0", "mem: 0", "fd: 0", "run dir: 0", "connect: 0"] {
+    for line in [
+        "kill: 0",
+        "stop: 0",
+        "environ: 0",
+        "mem: 0",
+        "fd: 0",
+        "run dir: 0",
+        "connect: 0",
+    ] {
         assert!(!out.contains(line), "the command could: {line}\n{out}");
     }
     // The supervisor still answers.
@@ -178,7 +214,16 @@ async fn commands_cannot_reach_their_supervisor_and_a_lost_link_replaces_the_con
 
     // Kill the supervisor from outside (as only root on the host can): its
     // link dies, and the container it leaves behind is never trusted again.
-    let killed = docker(&["exec", "-u", "0", &first, "sh", "-c", "pkill -9 -f 'sandboxd supervise' || kill -9 $(pgrep -f supervise)"]);
+    let killed = docker(&[
+        "exec",
+        "-u",
+        "0",
+        &first,
+        "pkill",
+        "-9",
+        "-f",
+        "^/.sandboxd/sandboxd supervise",
+    ]);
     assert!(killed.status.success(), "{killed:?}");
     let ran = run(&srv.client, &sid, "echo fresh", 20_000).await;
     assert_eq!(ran.stdout(), "fresh\n", "{:?}", ran.exit);
@@ -205,18 +250,35 @@ async fn a_link_lost_mid_command_reports_an_unknown_result() {
     let client = srv.client.clone();
     let sid2 = sid.clone();
     let running = tokio::spawn(async move {
-        try_run(&client, run_req(&sid2, "echo started; sleep 30; echo 12 passed", 60_000)).await
+        try_run(
+            &client,
+            run_req(&sid2, "echo started; sleep 30; echo 12 passed", 60_000),
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    docker(&["exec", "-u", "0", &container, "sh", "-c", "kill -9 $(pgrep -f supervise)"]);
+    let killed = docker(&[
+        "exec",
+        "-u",
+        "0",
+        &container,
+        "pkill",
+        "-9",
+        "-f",
+        "^/.sandboxd/sandboxd supervise",
+    ]);
+    assert!(killed.status.success(), "{killed:?}");
     let ran = running.await.unwrap().unwrap();
     assert_eq!(ran.exit.exit_code, -1);
     assert_eq!(ran.exit.killed_by, pb::KilledBy::Container as i32);
     assert!(!ran.stdout().contains("12 passed"));
     assert!(
-        ran.exit.notes.iter().any(|n| n.contains("result is unknown")),
+        ran.exit
+            .notes
+            .iter()
+            .any(|n| n.contains("result is unknown")),
         "{:?}",
-        ran.exit.notes
+        ran.exit
     );
     let next = run(&srv.client, &sid, "echo ok", 20_000).await;
     assert_eq!(next.stdout(), "ok\n");
@@ -253,7 +315,13 @@ async fn planted_setuid_files_are_useless_on_the_host() {
     // the container.
     let st = rustix::fs::statvfs(&ws).unwrap();
     assert!(st.f_flag.contains(rustix::fs::StatVfsMountFlags::NOSUID));
-    let mounts = run(&srv.client, &sid, "grep ' /workspace ' /proc/mounts", 20_000).await;
+    let mounts = run(
+        &srv.client,
+        &sid,
+        "grep ' /workspace ' /proc/mounts",
+        20_000,
+    )
+    .await;
     assert!(mounts.stdout().contains("nosuid"), "{}", mounts.stdout());
     // Even root's copy of the path to the workspace passes only through
     // directories closed to others.
@@ -266,7 +334,10 @@ async fn planted_setuid_files_are_useless_on_the_host() {
         }
         dir = d.parent();
     }
-    assert!(closed, "some directory above the workspace is closed to others");
+    assert!(
+        closed,
+        "some directory above the workspace is closed to others"
+    );
     srv.stop().await;
 }
 
@@ -284,13 +355,21 @@ async fn lent_directories_must_be_private() {
     .unwrap();
     let open = srv.allowed_root.path().join("open");
     std::fs::create_dir(&open).unwrap();
+    // A user's checkout: commands run as its owner.
+    std::os::unix::fs::chown(&open, Some(1000), Some(1000)).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
     let err = lent_session(&srv, &open).await.unwrap_err();
     assert_eq!(reason(&err), "INVALID_WORKSPACE", "{err:?}");
     assert!(err.message().contains("chmod 700"), "{err:?}");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).unwrap();
     let sid = lent_session(&srv, &open).await.unwrap();
-    let mounts = run(&srv.client, &sid, "grep ' /workspace ' /proc/mounts", 20_000).await;
+    let mounts = run(
+        &srv.client,
+        &sid,
+        "grep ' /workspace ' /proc/mounts",
+        20_000,
+    )
+    .await;
     assert!(mounts.stdout().contains("nosuid"), "{}", mounts.stdout());
     // Quotas apply to fresh workspaces only, and asking for one here says so.
     let err = srv
@@ -370,22 +449,54 @@ async fn disk_and_inode_quotas_hold_and_recover() {
     assert_eq!(limits.inodes, 4096);
     let sid = small.session_id;
     let (other, _) = srv.session().await;
-    let fill = run(&srv.client, &sid, "dd if=/dev/zero of=big bs=1M count=200 2>&1; echo rc=$?", 60_000).await;
-    assert!(fill.stdout().contains("No space left on device"), "{}", fill.stdout());
+    let fill = run(
+        &srv.client,
+        &sid,
+        "dd if=/dev/zero of=big bs=1M count=200 2>&1; echo rc=$?",
+        60_000,
+    )
+    .await;
+    assert!(
+        fill.stdout().contains("No space left on device"),
+        "{}",
+        fill.stdout()
+    );
     let size = std::fs::metadata(PathBuf::from(&small.workspace_path).join("big"))
         .unwrap()
         .len();
     assert!(size <= 64 << 20, "{size}");
     // Another session is unaffected.
-    let ok = run(&srv.client, &other, "dd if=/dev/zero of=f bs=1M count=80 2>&1 && echo wrote", 60_000).await;
+    let ok = run(
+        &srv.client,
+        &other,
+        "dd if=/dev/zero of=f bs=1M count=80 2>&1 && echo wrote",
+        60_000,
+    )
+    .await;
     assert!(ok.stdout().contains("wrote"), "{}", ok.stdout());
     // Space comes back once the files are gone.
-    let again = run(&srv.client, &sid, "rm big && dd if=/dev/zero of=f bs=1M count=10 2>/dev/null && echo again", 60_000).await;
+    let again = run(
+        &srv.client,
+        &sid,
+        "rm big && dd if=/dev/zero of=f bs=1M count=10 2>/dev/null && echo again",
+        60_000,
+    )
+    .await;
     assert_eq!(again.stdout(), "again\n", "{}", again.stderr());
     // Inodes: thousands of empty files hit the inode quota, not the host.
     let many = run(&srv.client, &sid, "python3 -c 'import os\nn=0\ntry:\n    for i in range(10000):\n        open(\"e%d\" % i, \"w\").close(); n+=1\nexcept OSError as e:\n    print(n, e.strerror)'", 60_000).await;
-    assert!(many.stdout().contains("No space left on device"), "{}", many.stdout());
-    let cleaned = run(&srv.client, &sid, "rm -f e* && touch after && echo ok", 60_000).await;
+    assert!(
+        many.stdout().contains("No space left on device"),
+        "{}",
+        many.stdout()
+    );
+    let cleaned = run(
+        &srv.client,
+        &sid,
+        "rm -f e* && touch after && echo ok",
+        60_000,
+    )
+    .await;
     assert_eq!(cleaned.stdout(), "ok\n", "{}", cleaned.stderr());
     // Past the ceiling is refused.
     let err = srv
@@ -425,11 +536,28 @@ async fn a_wedged_session_is_reported_and_reset() {
         .into_inner();
     let sid = s.session_id;
     std::fs::write(PathBuf::from(&s.workspace_path).join("kept.txt"), "kept\n").unwrap();
-    let spin = run(&srv.client, &sid, "(while :; do :; done) >/dev/null 2>&1 & echo spinning", 20_000).await;
+    let spin = run(
+        &srv.client,
+        &sid,
+        "python3 -c 'while 1: pass' SPINNER >/dev/null 2>&1 & echo spinning",
+        20_000,
+    )
+    .await;
     assert_eq!(spin.stdout(), "spinning\n");
-    let bomb = run(&srv.client, &sid, "b(){ b|b& }; b 2>/dev/null; echo planted", 20_000).await;
+    // A background fork bomb returns at once, and processes left running
+    // fill the process limit (the bomb alone may burn out by itself).
+    let bomb = run(
+        &srv.client,
+        &sid,
+        "b(){ b|b& }; b 2>/dev/null; echo bombed",
+        20_000,
+    )
+    .await;
     assert_eq!(bomb.exit.exit_code, 0);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fill =
+        "i=0; while [ $i -lt 200 ]; do sleep 1000 & i=$((i+1)); done 2>/dev/null; echo planted";
+    // The shell itself may die of "Cannot fork" on the way: no matter.
+    run(&srv.client, &sid, fill, 20_000).await;
     let wedged = run(&srv.client, &sid, "echo a | cat; echo b | cat", 20_000).await;
     assert!(
         wedged.exit.pids_exhausted,
@@ -447,9 +575,19 @@ async fn a_wedged_session_is_reported_and_reset() {
     assert_eq!(reset.session_id, sid);
     assert!(!reset.container_id.is_empty());
     assert_ne!(container_of(&sid), before);
-    let ran = run(&srv.client, &sid, "cat kept.txt; ps -eo args | grep -c 'while'", 20_000).await;
+    let ran = run(
+        &srv.client,
+        &sid,
+        "cat kept.txt; ps -eo args | grep -c '[S]PINNER\\|[s]leep 1000'; true",
+        20_000,
+    )
+    .await;
     assert_eq!(ran.exit.exit_code, 0, "{}", ran.stderr());
-    assert!(ran.stdout().starts_with("kept\n"), "{}", ran.stdout());
+    assert_eq!(
+        ran.stdout(),
+        "kept\n0\n",
+        "the spinner and the sleepers are gone"
+    );
     assert!(!ran.exit.pids_exhausted);
     srv.stop().await;
 }
@@ -460,10 +598,17 @@ async fn cli_resets_a_session() {
     let srv = TestServer::with_docker().await;
     let (sid, _) = srv.session().await;
     let before = container_of(&sid);
-    let out = Command::new(env!("CARGO_BIN_EXE_sandboxd"))
-        .args(["--addr", &format!("http://{}", srv.addr), "session", "reset", &sid])
-        .output()
-        .unwrap();
+    let addr = format!("http://{}", srv.addr);
+    let id = sid.clone();
+    // Off the test's thread: the server under test runs on it.
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["--addr", &addr, "session", "reset", &id])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("the sandbox was reset"));
     assert_ne!(container_of(&sid), before);

@@ -113,7 +113,7 @@ impl Served {
             ])
             .args(["--pool-size", &pool.to_string()])
             .arg("--state-dir")
-            .arg(workspaces)
+            .arg(workspaces.join("state"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -199,6 +199,10 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
         .into_inner();
     assert!(!session.container_id.is_empty());
     assert!(containers_labelled(&label).contains(&session.container_id));
+    // A tree far deeper than any recursion could survive is left behind.
+    let deep = "python3 -c 'import os\nfor _ in range(30000):\n    os.mkdir(\"d\"); os.chdir(\"d\")\nprint(\"deep\")'";
+    let ran = common::run(&first.client().await, &session.session_id, deep, 120_000).await;
+    assert_eq!(ran.stdout(), "deep\n", "{}", ran.stderr());
     // Wait for the pool to refill, so a warm container is there to leak.
     let deadline = Instant::now() + Duration::from_secs(60);
     while containers_labelled(&label).len() < 2 {
@@ -223,6 +227,11 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
     assert!(
         !std::path::Path::new(&session.workspace_path).exists(),
         "stale workspace kept"
+    );
+    assert_eq!(
+        common::mounts_under(workspaces.path()),
+        Vec::<String>::new(),
+        "stale workspace mounts kept"
     );
     // The new instance works, and a clean stop removes its own container.
     let mut c = second.client().await;

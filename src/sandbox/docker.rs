@@ -497,7 +497,13 @@ fn cgroup_counter(id: &str, v1: &str, v1_file: &str, v2_file: &str, key: &str) -
 
 /// How many processes of the container the OOM killer has ended.
 fn cgroup_oom_kills(id: &str) -> Option<u64> {
-    cgroup_counter(id, "memory", "memory.oom_control", "memory.events", "oom_kill")
+    cgroup_counter(
+        id,
+        "memory",
+        "memory.oom_control",
+        "memory.events",
+        "oom_kill",
+    )
 }
 
 /// How many forks the container's pids limit has refused.

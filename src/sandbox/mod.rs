@@ -306,6 +306,7 @@ impl Started {
             (Some(before), Some(after)) if after > before
         );
         let mut notes = self.notes;
+        notes.append(&mut report.notes);
         if report.pids_exhausted {
             notes.push(format!(
                 "the sandbox's process limit was reached while this command ran, so some forks failed (\"Cannot fork\", \"Resource temporarily unavailable\"); if processes left running by earlier commands hold the limit, call ResetSandbox"
@@ -371,12 +372,8 @@ impl Sandbox {
         };
         let path = &self.spec.workspace;
         let gone = |why: String| Error::WorkspaceGone(format!("{}: {why}", path.display()));
-        let st = rustix::fs::statat(
-            rustix::fs::CWD,
-            path,
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(|e| gone(e.to_string()))?;
+        let st = rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| gone(e.to_string()))?;
         if (st.st_dev, st.st_ino) != identity {
             return Err(gone(
                 "it no longer holds the session's directory; close the session".into(),
@@ -524,10 +521,10 @@ impl Sandbox {
                     spec,
                 )
                 .await
-                    .map(|running| Started {
-                        via: Via::Exec(running),
-                        notes,
-                    })
+                .map(|running| Started {
+                    via: Via::Exec(running),
+                    notes,
+                })
             }
             Err(e) => Err(e),
         }

@@ -62,7 +62,12 @@ pub async fn supervise(
 
 /// "uid:gid" as numbers.
 fn parse_user(user: &str) -> std::io::Result<(u32, u32)> {
-    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("bad user {user:?}"));
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("bad user {user:?}"),
+        )
+    };
     let (uid, gid) = user.split_once(':').ok_or_else(bad)?;
     Ok((
         uid.parse().map_err(|_| bad())?,
@@ -81,8 +86,7 @@ async fn read_secret(stdin: &mut tokio::io::Stdin) -> std::io::Result<String> {
         }
         line.push(byte[0]);
     }
-    String::from_utf8(line)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 async fn serve_frames<R, W>(

@@ -100,8 +100,7 @@ fn new_secret() -> String {
 /// Compares secrets in constant time.
 fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && a
-            .bytes()
+        && a.bytes()
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
@@ -273,44 +272,45 @@ impl Link {
             .and(stdin.flush().await)
             .map_err(|e| Error::StartExec(format!("handing the supervisor its secret: {e}")))?;
         let until = tokio::time::Instant::now() + READY_TIMEOUT;
-        let (frames, input, decoder, greeted): (FrameStream, InputSink, Decoder, bool) =
-            match (listener, socket_dir) {
-                (Some(listener), Some(dir)) => {
-                    // A supervisor that cannot reach the socket (a runtime
-                    // such as gVisor keeps host sockets out) exits: fail at
-                    // once.
-                    let accepted = tokio::select! {
-                        accepted = accept_supervisor(&listener, rt.as_ref(), &exec, &secret, until) => accepted,
-                        () = async { while output.next().await.is_some() {} } => {
-                            Err(Error::StartExec("the supervisor exited before connecting".into()))
-                        }
-                    };
-                    // One supervisor per socket: nobody may connect later.
-                    drop(listener);
-                    let _ = std::fs::remove_file(dir.join(SOCKET));
-                    let (stream, decoder) = accepted?;
-                    let (read, write) = stream.into_split();
-                    // The exec's own streams carry nothing now; drain them
-                    // so the supervisor's stderr never blocks.
-                    tokio::spawn(output.for_each(|_| async {}));
-                    let frames = tokio_stream::StreamExt::map_while(
-                        tokio_util::io::ReaderStream::new(read),
-                        Result::ok,
-                    );
-                    (Box::pin(frames), Box::pin(write), decoder, true)
-                }
-                _ => {
-                    let frames = tokio_stream::StreamExt::map_while(output, |item| match item {
-                        Ok(Output::Stdout(bytes)) => Some(bytes),
-                        Ok(Output::Stderr(bytes)) => {
-                            tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
-                            Some(bytes::Bytes::new())
-                        }
-                        Err(_) => None,
-                    });
-                    (Box::pin(frames), stdin, Decoder::default(), false)
-                }
-            };
+        let (frames, input, decoder, greeted): (FrameStream, InputSink, Decoder, bool) = match (
+            listener, socket_dir,
+        ) {
+            (Some(listener), Some(dir)) => {
+                // A supervisor that cannot reach the socket (a runtime
+                // such as gVisor keeps host sockets out) exits: fail at
+                // once.
+                let accepted = tokio::select! {
+                    accepted = accept_supervisor(&listener, rt.as_ref(), &exec, &secret, until) => accepted,
+                    () = async { while output.next().await.is_some() {} } => {
+                        Err(Error::StartExec("the supervisor exited before connecting".into()))
+                    }
+                };
+                // One supervisor per socket: nobody may connect later.
+                drop(listener);
+                let _ = std::fs::remove_file(dir.join(SOCKET));
+                let (stream, decoder) = accepted?;
+                let (read, write) = stream.into_split();
+                // The exec's own streams carry nothing now; drain them
+                // so the supervisor's stderr never blocks.
+                tokio::spawn(output.for_each(|_| async {}));
+                let frames = tokio_stream::StreamExt::map_while(
+                    tokio_util::io::ReaderStream::new(read),
+                    Result::ok,
+                );
+                (Box::pin(frames), Box::pin(write), decoder, true)
+            }
+            _ => {
+                let frames = tokio_stream::StreamExt::map_while(output, |item| match item {
+                    Ok(Output::Stdout(bytes)) => Some(bytes),
+                    Ok(Output::Stderr(bytes)) => {
+                        tracing::debug!(stderr = %String::from_utf8_lossy(&bytes), "supervisor");
+                        Some(bytes::Bytes::new())
+                    }
+                    Err(_) => None,
+                });
+                (Box::pin(frames), stdin, Decoder::default(), false)
+            }
+        };
         let mut frames = frames;
         let routes: Routes = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -340,7 +340,9 @@ impl Link {
                                         continue;
                                     }
                                     _ => {
-                                        tracing::warn!("the supervisor did not greet with its secret");
+                                        tracing::warn!(
+                                            "the supervisor did not greet with its secret"
+                                        );
                                         break 'read;
                                     }
                                 }

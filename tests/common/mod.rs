@@ -130,6 +130,13 @@ impl TestServer {
     ) -> TestServer {
         let workspaces = tempfile::tempdir().unwrap();
         let allowed_root = tempfile::tempdir().unwrap();
+        // Lent directories must be private to their owner (tempfile makes
+        // directories 0755).
+        std::fs::set_permissions(
+            allowed_root.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
         let mut config = Config::new(workspaces.path().join("state"));
         config.allowed_roots = vec![allowed_root.path().to_path_buf()];
         let service = format!(
@@ -234,12 +241,32 @@ pub fn remove_containers_labelled(label: &str) {
 }
 
 impl Drop for TestServer {
-    /// A test that panicked never called `stop`: remove its containers so
-    /// no test leaks one.
+    /// A test that panicked never called `stop`: remove its containers and
+    /// unmount its workspaces so no test leaks one.
     fn drop(&mut self) {
         if self.stop.is_some() {
             remove_containers_labelled(&format!("sandboxd.service={}", self.service));
+            unmount_under(self.workspaces.path());
         }
+    }
+}
+
+/// Mount points at or under `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Detaches every mount under `dir` (workspace volumes and pins of a
+/// server that did not stop cleanly).
+pub fn unmount_under(dir: &Path) {
+    for m in mounts_under(dir) {
+        let _ = rustix::mount::unmount(m.as_str(), rustix::mount::UnmountFlags::DETACH);
     }
 }
 
