@@ -444,7 +444,7 @@ async fn disk_and_inode_quotas_hold_and_recover() {
         .await
         .unwrap()
         .into_inner();
-    let limits = small.limits.clone().unwrap();
+    let limits = small.limits.unwrap();
     assert_eq!(limits.disk_bytes, 64 << 20);
     assert_eq!(limits.inodes, 4096);
     let sid = small.session_id;

@@ -108,7 +108,10 @@ async fn run_call(mut c: common::Client, req: pb::RunCommandRequest) -> Result<(
 
 #[tokio::test]
 async fn hostile_inputs_get_their_status_and_reason_and_change_nothing() {
-    let server = TestServer::with_docker().await;
+    let server = TestServer::with_docker_mode_and(common::Mode::Supervisor, |c| {
+        c.sandbox.allowed_images = vec!["no-such-image:1".into()];
+    })
+    .await;
     let c = server.client.clone();
     let channel = Channel::from_shared(format!("http://{}", server.addr))
         .unwrap()
@@ -699,13 +702,26 @@ async fn hostile_inputs_get_their_status_and_reason_and_change_nothing() {
             },
         ),
         row(
-            "an image that is not there",
+            "an allowed image that is not there",
             FailedPrecondition,
             "IMAGE_NOT_FOUND",
             {
                 let mut c = cl();
                 let r = pb::CreateSessionRequest {
                     image: "no-such-image:1".into(),
+                    ..Default::default()
+                };
+                async move { c.create_session(r).await.map(drop) }
+            },
+        ),
+        row(
+            "an image the operator did not allow",
+            PermissionDenied,
+            "IMAGE_NOT_ALLOWED",
+            {
+                let mut c = cl();
+                let r = pb::CreateSessionRequest {
+                    image: "busybox:latest".into(),
                     ..Default::default()
                 };
                 async move { c.create_session(r).await.map(drop) }

@@ -43,7 +43,10 @@ fn nolibc_image() {
 #[tokio::test]
 async fn the_supervisor_runs_commands_in_an_image_without_libc() {
     nolibc_image();
-    let srv = TestServer::with_docker().await;
+    let srv = TestServer::with_docker_mode_and(common::Mode::Supervisor, |c| {
+        c.sandbox.allowed_images = vec![IMAGE.to_string()];
+    })
+    .await;
     let s = srv
         .client
         .clone()

@@ -264,6 +264,10 @@ pub struct Started {
     notes: Vec<String>,
 }
 
+/// Said on the exit of a command during which the process limit refused a
+/// fork.
+pub const NOTE_PIDS: &str = "the sandbox's process limit was reached while this command ran, so some forks failed (\"Cannot fork\", \"Resource temporarily unavailable\"); if processes left running by earlier commands hold the limit, call ResetSandbox";
+
 /// Said on the exit of a command that found its container's supervisor
 /// link dead and got a fresh container instead.
 pub const NOTE_REPLACED: &str = "the sandbox was replaced before this command ran: the link to its supervisor had been lost, so the old container was killed (processes left by earlier commands are gone; the workspace is intact)";
@@ -308,9 +312,7 @@ impl Started {
         let mut notes = self.notes;
         notes.append(&mut report.notes);
         if report.pids_exhausted {
-            notes.push(format!(
-                "the sandbox's process limit was reached while this command ran, so some forks failed (\"Cannot fork\", \"Resource temporarily unavailable\"); if processes left running by earlier commands hold the limit, call ResetSandbox"
-            ));
+            notes.push(NOTE_PIDS.to_string());
         }
         report.notes = notes;
         if !client_gone {

@@ -150,12 +150,17 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// Reads one frame from a fresh connection within `until`.
+/// How long a connecting peer may take to greet before it is dropped.
+const GREETING_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Reads one frame from a fresh connection within `until` (and within
+/// [`GREETING_TIMEOUT`], so a silent peer cannot hold up the real one).
 async fn first_frame(
     stream: &mut tokio::net::UnixStream,
     until: tokio::time::Instant,
 ) -> Option<(frames::Event, Decoder)> {
     use tokio::io::AsyncReadExt;
+    let until = until.min(tokio::time::Instant::now() + GREETING_TIMEOUT);
     let mut decoder = Decoder::default();
     let mut buf = vec![0u8; 4096];
     loop {
@@ -645,5 +650,144 @@ async fn exec_gone(rt: &dyn Runtime, exec: &str) -> bool {
     match rt.exec_state(exec).await {
         Ok(super::ExecState::Running) | Err(Error::Connect(_)) => false,
         Ok(super::ExecState::Exited(_)) | Err(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// An engine that knows nothing: exec pids are unknown, so only the
+    /// peer's uid and secret decide.
+    #[derive(Debug)]
+    struct Blind;
+
+    #[tonic::async_trait]
+    impl Runtime for Blind {
+        async fn ensure_image(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn start_container(&self, _: &super::super::ContainerSpec) -> Result<String, Error> {
+            Err(Error::StartContainer("blind".into()))
+        }
+        async fn kill_container(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn remove_container(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn start_exec(
+            &self,
+            _: &str,
+            _: &ExecSpec,
+        ) -> Result<(String, super::super::OutputStream), Error> {
+            Err(Error::StartExec("blind".into()))
+        }
+        async fn start_exec_with_stdin(
+            &self,
+            _: &str,
+            _: &ExecSpec,
+        ) -> Result<(String, super::super::OutputStream, InputSink), Error> {
+            Err(Error::StartExec("blind".into()))
+        }
+        async fn exec_state(&self, _: &str) -> Result<super::super::ExecState, Error> {
+            Ok(super::super::ExecState::Running)
+        }
+        async fn remove_labelled(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &str,
+        ) -> Result<usize, Error> {
+            Ok(0)
+        }
+    }
+
+    fn stdout(id: u64, text: &str) -> frames::Event {
+        frames::Event {
+            id,
+            kind: Some(event::Kind::Stdout(text.into())),
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_past_a_commands_budget_cut_the_link() {
+        let routes: Routes = Arc::default();
+        let (tx, mut rx) = mpsc::channel(64);
+        routes.lock().unwrap().insert(1, Route { tx, budget: 100 });
+        // Within the budget: delivered.
+        assert!(route(&routes, stdout(1, &"x".repeat(40))).await);
+        assert!(route(&routes, stdout(1, &"x".repeat(40))).await);
+        // Frames for no running command are dropped, whatever their size.
+        assert!(route(&routes, stdout(7, &"y".repeat(10_000))).await);
+        // Past the budget: the peer broke the protocol.
+        assert!(!route(&routes, stdout(1, &"x".repeat(40))).await);
+        assert_eq!(rx.recv().await.map(|e| e.id), Some(1));
+        assert_eq!(rx.recv().await.map(|e| e.id), Some(1));
+        assert!(rx.try_recv().is_err(), "nothing past the budget arrived");
+    }
+
+    #[test]
+    fn a_budget_covers_what_the_caps_allow_and_no_more() {
+        let budget = frame_budget(4000, 4000);
+        // Live head, final head and tail, 4 bytes a character, both streams.
+        assert!(budget >= 2 * 4000 * 4 * 2);
+        assert!(budget < 1 << 20);
+    }
+
+    async fn greet(path: std::path::PathBuf, bytes: Vec<u8>) {
+        if let Ok(mut s) = tokio::net::UnixStream::connect(&path).await {
+            let _ = s.write_all(&bytes).await;
+            // Hold the connection until the service decides.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_peer_with_the_secret_is_accepted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let listener = listen(&dir).unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        let sock = std::fs::metadata(dir.join(SOCKET)).unwrap();
+        assert_eq!(sock.permissions().mode() & 0o777, 0o600);
+
+        let secret = new_secret();
+        let ready = |s: &str| {
+            frames::encode(&frames::Event {
+                id: 0,
+                kind: Some(event::Kind::Ready(s.to_string())),
+            })
+        };
+        let path = dir.join(SOCKET);
+        // Impostors first: a wrong secret, a forged result with no
+        // greeting, a flood, silence; then the supervisor.
+        for bytes in [
+            ready("wrong"),
+            frames::encode(&stdout(1, "12 passed")),
+            vec![0x80; 64 * 1024],
+            Vec::new(),
+        ] {
+            tokio::spawn(greet(path.clone(), bytes));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::spawn(greet(path.clone(), ready(&secret)));
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        let accepted = accept_supervisor(&listener, &Blind, "exec", &secret, until).await;
+        assert!(accepted.is_ok(), "{accepted:?}");
+    }
+
+    #[test]
+    fn secrets_are_fresh_and_compared_whole() {
+        let (a, b) = (new_secret(), new_secret());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(same_secret(&a, &a.clone()));
+        assert!(!same_secret(&a, &b));
+        assert!(!same_secret(&a, &a[..63]));
     }
 }

@@ -561,8 +561,8 @@ async fn commands_take_the_configured_path() {
     let ran = run(&srv.client, &sid, "tr '\\0' ' ' < /proc/$PPID/cmdline", 10_000).await;
     let parent = ran.stdout();
     match MODE {
-        common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise --connect"), "{parent}"),
-        common::Mode::SupervisorStdio | common::Mode::Gvisor => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise"),
+        common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise --user 1000:1000 --connect"), "{parent}"),
+        common::Mode::SupervisorStdio | common::Mode::Gvisor => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise --user 1000:1000"),
         common::Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
     srv.stop().await;
