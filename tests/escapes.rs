@@ -692,3 +692,83 @@ async fn only_allowed_images_start() {
     srv.stop().await;
     docker(&["rmi", other]);
 }
+
+/// Runs `script` as `nobody` (uid 65534), the unprivileged local user.
+fn as_nobody(script: &str) -> std::process::Output {
+    Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+/// Another user of the host can neither list the sessions, nor reach a
+/// supervisor's socket, nor a workspace, while commands run.
+#[tokio::test]
+async fn another_local_user_cannot_reach_the_service_state() {
+    let srv = TestServer::with_docker().await;
+    let (sid, ws) = srv.session().await;
+    run(&srv.client, &sid, "echo secret > notes.txt", 20_000).await;
+    let state = srv.state_dir();
+    assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700);
+    // While a command runs (and whenever a socket might exist).
+    let client = srv.client.clone();
+    let id = sid.clone();
+    let running =
+        tokio::spawn(async move { run(&client, &id, "sleep 3; echo done", 20_000).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for script in [
+        format!("ls {}", state.display()),
+        format!("ls {}/run", state.display()),
+        format!("ls {}/run/{sid}", state.display()),
+        format!("cat {}/notes.txt", ws.display()),
+        format!(
+            "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{}/run/{sid}/sock\")'",
+            state.display()
+        ),
+    ] {
+        let out = as_nobody(&script);
+        assert!(!out.status.success(), "nobody could: {script}: {out:?}");
+    }
+    assert_eq!(running.await.unwrap().stdout(), "done\n");
+    srv.stop().await;
+}
+
+/// A state directory another user prepared (say in /tmp, before the
+/// service starts) is refused, and so is one with an open mode: the service
+/// will not start on it.
+#[tokio::test]
+async fn the_service_refuses_a_state_directory_another_user_controls() {
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = base.path().join("state");
+    let made = as_nobody(&format!(
+        "mkdir -m 700 {0} && mkdir -m 777 {0}/run {0}/workspaces",
+        planted.display()
+    ));
+    assert!(made.status.success(), "{made:?}");
+    let serve = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "0"])
+            .args(["--docker-host", common::NO_DOCKER])
+            .arg("--state-dir")
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let out = serve(&planted);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unsafe") && err.contains("owned by uid 65534"),
+        "{err}"
+    );
+    // Nothing of the service's went in there.
+    assert!(!planted.join("volumes").exists());
+    // An open mode is refused too, with the fix named.
+    let open = base.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = serve(&open);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 700"));
+}

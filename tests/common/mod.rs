@@ -205,6 +205,11 @@ impl TestServer {
         }
     }
 
+    /// The server's private state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self.workspaces.path().join("state")
+    }
+
     /// Ids of this server's containers that exist now (docker CLI).
     pub fn containers(&self) -> Vec<String> {
         containers_labelled(&format!("sandboxd.service={}", self.service))
