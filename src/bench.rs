@@ -78,6 +78,11 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     let project = projects.path().join("project");
     std::fs::create_dir(&project)?;
     std::os::unix::fs::chown(&project, Some(1000), Some(1000))?;
+    // A lent directory must be private to its owner.
+    std::fs::set_permissions(
+        &project,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
     let allowed = projects.path().to_path_buf();
     let local = crate::local::Local::start("bench", pool_size, |c| {
         c.limits.max_file_bytes = 16 << 20;

@@ -1074,6 +1074,9 @@ async fn run_streaming(
                         err.omitted_bytes, err.tail
                     ));
                 }
+                for note in &exit.notes {
+                    con.status(format_args!("[note: {note}]"));
+                }
                 con.status(format_args!("{}", exit_summary(&exit)));
                 let code = if exit.timed_out {
                     124
@@ -1104,8 +1107,13 @@ pub fn exit_summary(exit: &pb::CommandExit) -> String {
     } else {
         ""
     };
+    let pids = if exit.pids_exhausted {
+        ", process limit reached: forks failed"
+    } else {
+        ""
+    };
     format!(
-        "[{timed_out}exit {} in {} ms{how}{oom}]",
+        "[{timed_out}exit {} in {} ms{how}{oom}{pids}]",
         exit.exit_code, exit.duration_ms
     )
 }

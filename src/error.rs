@@ -571,6 +571,15 @@ fn session_status(err: &session::Error) -> Described {
             ),
             &[("path", path.clone())],
         ),
+        S::OverlapsState { path } => status(
+            Code::PermissionDenied,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{path} holds or lies inside the service's own state directory, which no session may \
+                 use. No session was created. Name a directory outside it."
+            ),
+            &[("path", path.clone())],
+        ),
         S::TooMany { limit } => status(
             Code::ResourceExhausted,
             reason::TOO_MANY_SESSIONS,

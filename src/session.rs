@@ -41,6 +41,13 @@ pub enum Error {
         /// The roots the operator allows.
         allowed: Vec<PathBuf>,
     },
+    /// The caller named a directory that holds, or lies in, the service's
+    /// own state.
+    #[error("{path} overlaps the service's state directory")]
+    OverlapsState {
+        /// The path as given.
+        path: String,
+    },
     /// The caller named a directory that cannot be opened.
     #[error("workspace {path} cannot be opened: {source}")]
     OpenWorkspace {
@@ -1417,6 +1424,11 @@ fn open_workspace(
         .any(|root| ws.host_path().starts_with(root))
     {
         return Err(not_allowed());
+    }
+    // The service's own state (other sessions' volumes) is never lent.
+    let state = config.state_dir.as_path();
+    if ws.host_path().starts_with(state) || state.starts_with(ws.host_path()) {
+        return Err(Error::OverlapsState { path });
     }
     // Containers mount a pin of this very directory, never its path.
     let volume = volumes.pin(id, ws.root_fd(), ws.host_path())?;

@@ -772,3 +772,25 @@ async fn the_service_refuses_a_state_directory_another_user_controls() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 700"));
 }
+
+/// The service's own state (other sessions' volumes and sockets) is never
+/// lent to a session, even under an allowed root.
+#[tokio::test]
+async fn the_state_directory_is_never_lent() {
+    let srv = TestServer::start_with(|c| {
+        c.allowed_roots = vec![c.state_dir.parent().unwrap().to_path_buf()];
+    })
+    .await;
+    let (_, ws) = srv.session().await;
+    let state = srv.state_dir();
+    for dir in [state.clone(), state.join("workspaces"), ws] {
+        let err = lent_session(&srv, &dir).await.unwrap_err();
+        assert_eq!(
+            reason(&err),
+            "INVALID_WORKSPACE",
+            "{}: {err:?}",
+            dir.display()
+        );
+    }
+    srv.stop().await;
+}
