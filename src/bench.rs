@@ -75,6 +75,11 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     // As `serve` defaults: a warm pool of 4.
     let pool_size = 4;
     let projects = tempfile::tempdir()?;
+    // Lent directories must lie under a directory closed to others.
+    std::fs::set_permissions(
+        projects.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
     let project = projects.path().join("project");
     std::fs::create_dir(&project)?;
     std::os::unix::fs::chown(&project, Some(1000), Some(1000))?;

@@ -669,8 +669,8 @@ fn volume_status(err: &crate::volume::Error) -> Described {
             reason::INVALID_WORKSPACE,
             format!(
                 "{} is reachable by other users of this host, so a file a command marked set-user-id \
-                 there could be run by them. No session was created. Make the directory (or one above \
-                 it) private to its owner, e.g. chmod 700, then retry.",
+                 there could be run by them. No session was created. Make a directory above it \
+                 private (owned by root or its owner, chmod 700), e.g. the allowed root, then retry.",
                 path.display()
             ),
             &[("path", path.display().to_string())],

@@ -41,8 +41,9 @@ pub enum Error {
     /// An existing directory could not be pinned for the engine.
     #[error("cannot pin the workspace for its containers: {0}")]
     Pin(io::Error),
-    /// The directory is reachable by other users of the host, so a file a
-    /// command marks set-id there could be run by them.
+    /// The directory is (or could be made, by its own commands) reachable
+    /// by other users of the host, so a file a command marks set-id there
+    /// could be run by them.
     #[error("{path} is reachable by other users of the host")]
     NotPrivate {
         /// The directory.
@@ -398,27 +399,34 @@ fn run_tool(cmd: &mut std::process::Command) -> Result<(), Error> {
     }
 }
 
-/// Whether nobody but `owner` (and root) can reach `path`: some directory
-/// on the way, the path itself included, belongs to root or `owner` and
-/// grants its group and others no search permission.
+/// Whether nobody but `owner` (and root) can reach `path`, whatever its
+/// commands do: some directory strictly above it belongs to root or
+/// `owner` and grants its group and others no access. The directory itself
+/// does not count: commands run as its owner and could open it up.
 fn private(path: &Path, owner: u32) -> io::Result<bool> {
-    let mut current = PathBuf::from("/");
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut fd = rustix::fs::open("/", flags, Mode::empty())?;
     let closed = |fd: &OwnedFd| -> io::Result<bool> {
         let st = rustix::fs::fstat(fd)?;
         Ok((st.st_uid == 0 || st.st_uid == owner) && st.st_mode & 0o011 == 0)
     };
+    let names: Vec<_> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let Some((_, above)) = names.split_last() else {
+        return Ok(false);
+    };
     if closed(&fd)? {
         return Ok(true);
     }
-    for c in path.components() {
-        if let Component::Normal(name) = c {
-            current.push(name);
-            fd = rustix::fs::openat(&fd, name, flags, Mode::empty())?;
-            if closed(&fd)? {
-                return Ok(true);
-            }
+    for name in above {
+        fd = rustix::fs::openat(&fd, *name, flags, Mode::empty())?;
+        if closed(&fd)? {
+            return Ok(true);
         }
     }
     Ok(false)

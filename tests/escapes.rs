@@ -361,8 +361,33 @@ async fn lent_directories_must_be_private() {
     let err = lent_session(&srv, &open).await.unwrap_err();
     assert_eq!(reason(&err), "INVALID_WORKSPACE", "{err:?}");
     assert!(err.message().contains("chmod 700"), "{err:?}");
+    // Closing the directory itself is not enough: its commands run as its
+    // owner and could open it again.
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let err = lent_session(&srv, &open).await.unwrap_err();
+    assert_eq!(reason(&err), "INVALID_WORKSPACE", "{err:?}");
+    // A closed directory above it is.
+    let private = srv.allowed_root.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let open = private.join("open");
+    std::fs::rename(srv.allowed_root.path().join("open"), &open).unwrap();
     let sid = lent_session(&srv, &open).await.unwrap();
+    // Its commands opening the directory up changes nothing for others.
+    let opened = run(
+        &srv.client,
+        &sid,
+        "chmod 755 /workspace && cp /bin/sh sh && chmod 4755 sh && echo planted",
+        20_000,
+    )
+    .await;
+    assert_eq!(opened.stdout(), "planted\n", "{}", opened.stderr());
+    let out = Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c"])
+        .arg(format!("{}/sh -p -c id", open.display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
     let mounts = run(
         &srv.client,
         &sid,

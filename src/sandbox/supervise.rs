@@ -187,6 +187,22 @@ async fn run_one(
         // Supplementary groups are dropped too (std does so when root).
         cmd.uid(uid).gid(gid);
     }
+    // When the container runs out of memory, the kernel must pick a command
+    // (this process's children), never the supervisor.
+    // SAFETY: runs in the child between fork and exec, and makes only
+    // async-signal-safe system calls (open, write, close) on static data.
+    unsafe {
+        cmd.pre_exec(|| {
+            if let Ok(fd) = rustix::fs::open(
+                c"/proc/self/oom_score_adj",
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            ) {
+                let _ = rustix::io::write(&fd, b"1000");
+            }
+            Ok(())
+        });
+    }
     for kv in &spawn.env {
         if let Some((k, v)) = kv.split_once('=') {
             cmd.env(k, v);
