@@ -1,11 +1,13 @@
 //! Host-side file tools over one workspace directory: read, create, edit,
 //! list, find and search. Owns path confinement ([`path`]), the edit engine
-//! ([`edit`]), atomic writes ([`write`]), per-file write queues ([`lock`]) and
-//! confined walks ([`walk`]). Blocking file I/O runs on tokio's blocking pool.
+//! ([`edit`]), atomic writes ([`write`]), per-file write queues ([`lock`]),
+//! confined walks ([`walk`]) and the removal of whole trees however deep
+//! ([`remove`]). Blocking file I/O runs on tokio's blocking pool.
 
 pub mod edit;
 pub mod lock;
 pub mod path;
+pub mod remove;
 pub mod walk;
 pub mod write;
 
