@@ -65,6 +65,7 @@ pub mod reason {
     pub const OLD_STRING_NOT_FOUND: &str = "OLD_STRING_NOT_FOUND";
     pub const OLD_STRING_AMBIGUOUS: &str = "OLD_STRING_AMBIGUOUS";
     pub const EDITS_OVERLAP: &str = "EDITS_OVERLAP";
+    pub const DUPLICATE_OLD_STRING: &str = "DUPLICATE_OLD_STRING";
     pub const IO_ERROR: &str = "IO_ERROR";
     pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
     pub const INVALID_WORKSPACE: &str = "INVALID_WORKSPACE";
@@ -489,6 +490,65 @@ fn edit_status(path: &str, err: &EditError) -> Described {
         EditError::NotText => workspace_status(&workspace::Error::NotText {
             path: path.to_string(),
         }),
+        EditError::TooManyEdits { count, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "The call carries {count} edits for {path}, more than the limit of {max} per call. {UNCHANGED} \
+                 Split the edits over several calls of at most {max}, or use replace_all for a change repeated \
+                 everywhere."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("field", "edits".to_string()),
+                ("asked", count.to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::DuplicateOldString { first, second } => status(
+            Code::InvalidArgument,
+            reason::DUPLICATE_OLD_STRING,
+            format!(
+                "Edits {} and {} of the call for {path} have the same old_string; both would change the same \
+                 text. {UNCHANGED} Send that old_string once (with replace_all to change every occurrence), or \
+                 give each edit enough surrounding lines to match a different place.",
+                first + 1,
+                second + 1
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", second.to_string()),
+                ("first_index", first.to_string()),
+            ],
+        ),
+        EditError::TooManySites { which, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "old_string{which} would bring the replacements in {path} past the limit of {max} per call. \
+                 {UNCHANGED} Make old_string longer so it matches fewer places, or change a file this large \
+                 with a command (for example sed)."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+                ("field", "replacements".to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::ResultTooLarge { size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "The edits would make {path} {size} bytes, over the limit of {limit} bytes. {UNCHANGED} \
+                 Replace less text at once, or change the file with a command instead."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
     }
 }
 

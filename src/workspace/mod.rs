@@ -750,22 +750,16 @@ impl Inner {
                 actual: before,
             });
         }
-        let applied = edit::apply(&bytes, edits, rel.as_str()).map_err(|source| match source {
-            EditError::NotText => Error::NotText {
-                path: rel.to_string(),
-            },
-            source => Error::Edit {
-                path: rel.to_string(),
-                source,
-            },
-        })?;
-        if applied.bytes.len() as u64 > self.limits.max_file_bytes {
-            return Err(Error::TooLarge {
-                path: rel.to_string(),
-                size: applied.bytes.len() as u64,
-                limit: self.limits.max_file_bytes,
-            });
-        }
+        let applied = edit::apply(&bytes, edits, rel.as_str(), self.limits.max_file_bytes)
+            .map_err(|source| match source {
+                EditError::NotText => Error::NotText {
+                    path: rel.to_string(),
+                },
+                source => Error::Edit {
+                    path: rel.to_string(),
+                    source,
+                },
+            })?;
         write::write_atomic(&dir, name, &applied.bytes, Target::Replace(&st))
             .map_err(|e| Error::from_io("write", rel, e))?;
         let replacements = applied.replacements as u64;
