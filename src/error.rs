@@ -13,7 +13,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::policy::Denial;
 use crate::sandbox;
 use crate::session;
-use crate::workspace::{self, EditError, LineEndings};
+use crate::workspace::{self, EditError, LineEndings, WalkLimit};
 
 /// `ErrorInfo.domain` of every sandboxd error.
 pub const DOMAIN: &str = "sandboxd";
@@ -378,6 +378,12 @@ fn workspace_status(err: &workspace::Error) -> Described {
             format!("The pattern {pattern:?} does not parse: {why}. Fix the pattern and retry."),
             &[("pattern", pattern.clone())],
         ),
+        W::WalkLimit {
+            tool,
+            path,
+            what,
+            limit,
+        } => walk_limit_status(tool, path, *what, *limit),
         W::Edit { path, source } => edit_status(path, source),
         W::Denied(denial) => denial_status(denial),
         W::Io { op, path, source } => status(
@@ -389,6 +395,67 @@ fn workspace_status(err: &workspace::Error) -> Described {
             &[("path", path.clone()), ("op", op.to_string())],
         ),
     }
+}
+
+fn walk_limit_status(tool: &str, path: &str, what: WalkLimit, limit: u64) -> Described {
+    let (name, happened) = match what {
+        WalkLimit::IgnoreFileBytes => (
+            "ignore_file_bytes",
+            format!(
+                "{path} is larger than {limit} bytes, the most a walk reads from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreFileRules => (
+            "ignore_file_rules",
+            format!(
+                "{path} holds more than {limit} rules, the most a walk takes from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreWalkRules => (
+            "ignore_walk_rules",
+            format!(
+                "the .gitignore files on this walk hold more than {limit} rules in all (the limit was \
+                 crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreWalkFiles => (
+            "ignore_walk_files",
+            format!(
+                "this walk met more than {limit} .gitignore files (the limit was crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreNesting => (
+            "ignore_nesting",
+            format!("more than {limit} nested .gitignore files apply at {path}"),
+        ),
+        WalkLimit::HeldEntries => (
+            "held_entries",
+            format!(
+                "the directories from the walk's start down to {path} hold more than {limit} entries"
+            ),
+        ),
+    };
+    let next = match what {
+        WalkLimit::HeldEntries => {
+            "Walk a narrower path (set path to a subdirectory), list the large directory with ListDir, \
+             or use a command such as find or grep -r."
+        }
+        _ => {
+            "A .gitignore applies to everything beneath its directory, so walk a path outside that \
+             directory, shorten or remove the file (with a command), or use a command such as find or \
+             grep -r instead."
+        }
+    };
+    status(
+        Code::ResourceExhausted,
+        reason::LIMIT_EXCEEDED,
+        format!("{tool} was refused: {happened}. {UNCHANGED} {next}"),
+        &[
+            ("path", path.to_string()),
+            ("field", name.to_string()),
+            ("max", limit.to_string()),
+        ],
+    )
 }
 
 fn edit_status(path: &str, err: &EditError) -> Described {
