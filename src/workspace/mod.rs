@@ -1,6 +1,6 @@
 //! Host-side file tools over one workspace directory: read, create, edit,
 //! list, find and search. Owns path confinement ([`path`]), the edit engine
-//! ([`edit`]), atomic writes ([`write`]), per-file write queues ([`lock`]),
+//! ([`edit`]), atomic writes ([`mod@write`]), per-file write queues ([`lock`]),
 //! confined and bounded walks ([`walk`]) and the removal of whole trees
 //! however deep ([`remove`]). Blocking file I/O runs on tokio's blocking
 //! pool; walks also wait for a slot of their workspace and of the service.
