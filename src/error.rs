@@ -13,7 +13,7 @@ use tonic_types::{ErrorDetails, StatusExt};
 use crate::policy::Denial;
 use crate::sandbox;
 use crate::session;
-use crate::workspace::{self, EditError, LineEndings};
+use crate::workspace::{self, EditError, LineEndings, WalkLimit};
 
 /// `ErrorInfo.domain` of every sandboxd error.
 pub const DOMAIN: &str = "sandboxd";
@@ -65,6 +65,7 @@ pub mod reason {
     pub const OLD_STRING_NOT_FOUND: &str = "OLD_STRING_NOT_FOUND";
     pub const OLD_STRING_AMBIGUOUS: &str = "OLD_STRING_AMBIGUOUS";
     pub const EDITS_OVERLAP: &str = "EDITS_OVERLAP";
+    pub const DUPLICATE_OLD_STRING: &str = "DUPLICATE_OLD_STRING";
     pub const IO_ERROR: &str = "IO_ERROR";
     pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
     pub const INVALID_WORKSPACE: &str = "INVALID_WORKSPACE";
@@ -379,6 +380,12 @@ fn workspace_status(err: &workspace::Error) -> Described {
             format!("The pattern {pattern:?} does not parse: {why}. Fix the pattern and retry."),
             &[("pattern", pattern.clone())],
         ),
+        W::WalkLimit {
+            tool,
+            path,
+            what,
+            limit,
+        } => walk_limit_status(tool, path, *what, *limit),
         W::Edit { path, source } => edit_status(path, source),
         W::Denied(denial) => denial_status(denial),
         W::Io { op, path, source } => status(
@@ -390,6 +397,67 @@ fn workspace_status(err: &workspace::Error) -> Described {
             &[("path", path.clone()), ("op", op.to_string())],
         ),
     }
+}
+
+fn walk_limit_status(tool: &str, path: &str, what: WalkLimit, limit: u64) -> Described {
+    let (name, happened) = match what {
+        WalkLimit::IgnoreFileBytes => (
+            "ignore_file_bytes",
+            format!(
+                "{path} is larger than {limit} bytes, the most a walk reads from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreFileRules => (
+            "ignore_file_rules",
+            format!(
+                "{path} holds more than {limit} rules, the most a walk takes from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreWalkRules => (
+            "ignore_walk_rules",
+            format!(
+                "the .gitignore files on this walk hold more than {limit} rules in all (the limit was \
+                 crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreWalkFiles => (
+            "ignore_walk_files",
+            format!(
+                "this walk met more than {limit} .gitignore files (the limit was crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreNesting => (
+            "ignore_nesting",
+            format!("more than {limit} nested .gitignore files apply at {path}"),
+        ),
+        WalkLimit::HeldEntries => (
+            "held_entries",
+            format!(
+                "the directories from the walk's start down to {path} hold more than {limit} entries"
+            ),
+        ),
+    };
+    let next = match what {
+        WalkLimit::HeldEntries => {
+            "Walk a narrower path (set path to a subdirectory), list the large directory with ListDir, \
+             or use a command such as find or grep -r."
+        }
+        _ => {
+            "A .gitignore applies to everything beneath its directory, so walk a path outside that \
+             directory, shorten or remove the file (with a command), or use a command such as find or \
+             grep -r instead."
+        }
+    };
+    status(
+        Code::ResourceExhausted,
+        reason::LIMIT_EXCEEDED,
+        format!("{tool} was refused: {happened}. {UNCHANGED} {next}"),
+        &[
+            ("path", path.to_string()),
+            ("field", name.to_string()),
+            ("max", limit.to_string()),
+        ],
+    )
 }
 
 fn edit_status(path: &str, err: &EditError) -> Described {
@@ -491,6 +559,65 @@ fn edit_status(path: &str, err: &EditError) -> Described {
         EditError::NotText => workspace_status(&workspace::Error::NotText {
             path: path.to_string(),
         }),
+        EditError::TooManyEdits { count, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "The call carries {count} edits for {path}, more than the limit of {max} per call. {UNCHANGED} \
+                 Split the edits over several calls of at most {max}, or use replace_all for a change repeated \
+                 everywhere."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("field", "edits".to_string()),
+                ("asked", count.to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::DuplicateOldString { first, second } => status(
+            Code::InvalidArgument,
+            reason::DUPLICATE_OLD_STRING,
+            format!(
+                "Edits {} and {} of the call for {path} have the same old_string; both would change the same \
+                 text. {UNCHANGED} Send that old_string once (with replace_all to change every occurrence), or \
+                 give each edit enough surrounding lines to match a different place.",
+                first + 1,
+                second + 1
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", second.to_string()),
+                ("first_index", first.to_string()),
+            ],
+        ),
+        EditError::TooManySites { which, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "old_string{which} would bring the replacements in {path} past the limit of {max} per call. \
+                 {UNCHANGED} Make old_string longer so it matches fewer places, or change a file this large \
+                 with a command (for example sed)."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+                ("field", "replacements".to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::ResultTooLarge { size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "The edits would make {path} {size} bytes, over the limit of {limit} bytes. {UNCHANGED} \
+                 Replace less text at once, or change the file with a command instead."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
     }
 }
 

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, Mode, OFlags};
 
 use crate::state::{Dir, StateDir};
+use crate::workspace::remove::remove_tree_at;
 
 /// Why a volume or the state directory could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -270,7 +271,7 @@ impl Volumes {
         let mut removed = 0;
         let inner = &self.inner;
         let stale = |dir: &Dir| -> Vec<String> {
-            let Ok(entries) = crate::workspace::walk::list(&dir.fd) else {
+            let Ok((entries, _)) = crate::workspace::walk::list(&dir.fd, usize::MAX) else {
                 return Vec::new();
             };
             entries
@@ -307,7 +308,7 @@ impl Volumes {
             let _ = rustix::fs::unlinkat(&inner.images.fd, name.as_str(), AtFlags::empty());
         }
         for id in stale(&inner.run) {
-            let _ = crate::workspace::remove::remove_tree_at(&inner.run.fd, &id);
+            let _ = remove_tree_at(&inner.run.fd, std::ffi::OsStr::new(&id));
         }
         removed
     }
@@ -521,7 +522,10 @@ impl Volume {
             // while the service could not mount) is removed without
             // recursion.
             Kind::Filesystem | Kind::Directory => {
-                crate::workspace::remove::remove_tree_at(&dir.fd, &self.id)
+                match remove_tree_at(&dir.fd, std::ffi::OsStr::new(&self.id)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
+                    _ => Ok(()),
+                }
             }
             Kind::Pin => {
                 match rustix::fs::unlinkat(&dir.fd, self.id.as_str(), AtFlags::REMOVEDIR) {

@@ -602,3 +602,104 @@ async fn a_fifo_is_refused_without_hanging() {
     assert_eq!(reason(&err), "NOT_A_FILE");
     srv.stop().await;
 }
+
+fn replace_all(old: &str, new: &str) -> pb::Edit {
+    pb::Edit {
+        replace_all: true,
+        ..edit(old, new)
+    }
+}
+
+/// A hostile client's edit requests are refused by bounds checked before
+/// any large allocation; each refusal names the bound and the file is
+/// byte-for-byte unchanged.
+#[tokio::test]
+async fn edit_allocation_bombs_are_refused_and_the_file_is_untouched() {
+    let srv = TestServer::start().await;
+    let (sid, ws) = srv.session().await;
+    // 10 MB minus a little: under the file ceiling, full of "a".
+    let big = format!("start\n{}\n", "a".repeat(10 * 1024 * 1024 - 16));
+    std::fs::write(ws.join("big.txt"), &big).unwrap();
+    let small: String = (0..200).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.join("small.txt"), &small).unwrap();
+    let before = snapshot(&ws);
+    let mut c = srv.client.clone();
+    let refused = |r: Result<tonic::Response<pb::EditFileResponse>, tonic::Status>| {
+        r.expect_err("the edit must be refused")
+    };
+
+    // The reported bomb: 100 identical replace_all edits of "a".
+    let err = refused(
+        c.edit_file(edit_req(&sid, "big.txt", vec![replace_all("a", "b"); 100]))
+            .await,
+    );
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(reason(&err), "DUPLICATE_OLD_STRING");
+    assert!(err.message().contains("Edits 1 and 2"), "{}", err.message());
+    assert!(
+        err.message().contains("Nothing was changed"),
+        "{}",
+        err.message()
+    );
+
+    // One replace_all of "a": ten million sites, past the site cap.
+    let err = refused(
+        c.edit_file(edit_req(&sid, "big.txt", vec![replace_all("a", "b")]))
+            .await,
+    );
+    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
+    assert!(err.message().contains("100000"), "{}", err.message());
+    let info = tonic_types::StatusExt::get_details_error_info(&err).unwrap();
+    assert_eq!(info.metadata["field"], "replacements");
+
+    // More edits than allowed in one call.
+    let many: Vec<_> = (0..101).map(|i| edit(&format!("line {i}\n"), "")).collect();
+    let err = refused(c.edit_file(edit_req(&sid, "small.txt", many)).await);
+    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
+    assert!(err.message().contains("101 edits"), "{}", err.message());
+
+    // A result over the file ceiling, refused before it is built.
+    let err = refused(
+        c.edit_file(edit_req(
+            &sid,
+            "small.txt",
+            vec![replace_all("line", &"x".repeat(100_000))],
+        ))
+        .await,
+    );
+    assert_eq!(reason(&err), "FILE_TOO_LARGE");
+    assert!(
+        err.message().contains("would make small.txt"),
+        "{}",
+        err.message()
+    );
+
+    // An ambiguous old_string over the big file: counted, a few lines listed.
+    let err = refused(
+        c.edit_file(edit_req(
+            &sid,
+            "big.txt",
+            vec![edit(&"a".repeat(1000), "b")],
+        ))
+        .await,
+    );
+    assert_eq!(reason(&err), "OLD_STRING_AMBIGUOUS");
+    let info = tonic_types::StatusExt::get_details_error_info(&err).unwrap();
+    assert_eq!(
+        info.metadata["count"],
+        (10 * 1024 * 1024 - 16 - 999).to_string()
+    );
+
+    assert_eq!(snapshot(&ws), before);
+    // Within the bounds, 100 edits in one call apply.
+    let hundred: Vec<_> = (0..100)
+        .map(|i| edit(&format!("line {i}\n"), &format!("LINE {i}\n")))
+        .collect();
+    let out = c
+        .edit_file(edit_req(&sid, "small.txt", hundred))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.replacements, 100);
+    srv.stop().await;
+}

@@ -183,3 +183,177 @@ async fn search_files_finds_lines_skips_ignored_and_binary() {
     assert_eq!(reason(&err), "INVALID_PATTERN");
     srv.stop().await;
 }
+
+/// A command can plant a 1 MB `.gitignore` (30,000 globs): compiling it
+/// cost 1.5-10 s of CPU and 390-670 MB per call. Walks refuse it, naming
+/// the file and the bound, and change nothing.
+#[tokio::test]
+async fn a_gitignore_bomb_is_refused_naming_the_file() {
+    let srv = TestServer::start().await;
+    let (sid, ws) = srv.session().await;
+    project(&ws);
+    let bomb: String = (0..30_000)
+        .map(|i| format!("*.generated-{i:05}-artifact.tmp\n"))
+        .collect();
+    std::fs::write(ws.join("src/nested/.gitignore"), &bomb).unwrap();
+    let before = common::snapshot(&ws);
+    let mut c = srv.client.clone();
+    let find = c
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*.rs".into(),
+            path: String::new(),
+            limit: 0,
+        })
+        .await
+        .unwrap_err();
+    let search = c
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid.clone(),
+            pattern: "TODO".into(),
+            path: "src".into(),
+            glob: String::new(),
+            case_insensitive: false,
+            limit: 0,
+        })
+        .await
+        .unwrap_err();
+    for (err, tool) in [(&find, "FindFiles"), (&search, "SearchFiles")] {
+        assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(reason(err), "LIMIT_EXCEEDED");
+        let msg = err.message();
+        assert!(msg.starts_with(&format!("{tool} was refused")), "{msg}");
+        assert!(msg.contains("src/nested/.gitignore"), "{msg}");
+        assert!(msg.contains("131072 bytes"), "{msg}");
+        assert!(msg.contains("Nothing was changed"), "{msg}");
+        let info = tonic_types::StatusExt::get_details_error_info(err).unwrap();
+        assert_eq!(info.metadata["path"], "src/nested/.gitignore");
+        assert_eq!(info.metadata["field"], "ignore_file_bytes");
+    }
+    assert_eq!(common::snapshot(&ws), before);
+    // Walks that do not reach it still work, and so does the rest.
+    let out = c
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*.md".into(),
+            path: "target".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(out.paths.is_empty());
+    // Many short rules under the byte bound are refused by their count.
+    let many: String = (0..5000).map(|i| format!("*.g{i}\n")).collect();
+    std::fs::write(ws.join("src/nested/.gitignore"), &many).unwrap();
+    let err = c
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*.rs".into(),
+            path: "src".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
+    assert!(
+        err.message().contains("more than 1000 rules"),
+        "{}",
+        err.message()
+    );
+    srv.stop().await;
+}
+
+/// The caller's limit is clamped to the server's ceiling, whatever it says
+/// (u64::MAX over many matching lines drove the service to 4 GB).
+#[tokio::test]
+async fn a_huge_limit_is_clamped_to_the_server_ceiling() {
+    let srv = TestServer::start().await;
+    let (sid, ws) = srv.session().await;
+    let lines: String = (0..5_000).map(|i| format!("match line {i}\n")).collect();
+    for i in 0..4 {
+        std::fs::write(ws.join(format!("m{i}.txt")), &lines).unwrap();
+    }
+    let mut c = srv.client.clone();
+    let out = c
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid.clone(),
+            pattern: "match".into(),
+            path: String::new(),
+            glob: String::new(),
+            case_insensitive: false,
+            limit: u64::MAX,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.matches.len(), 2_000);
+    assert!(out.truncated);
+    let out = c
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*.txt".into(),
+            path: String::new(),
+            limit: u64::MAX,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.paths.len(), 4);
+    assert!(!out.truncated);
+    srv.stop().await;
+}
+
+/// Results are bounded in bytes while they are built: long paths and long
+/// lines are cut off at the reply budget and marked truncated.
+#[tokio::test]
+async fn replies_stop_at_their_byte_budget() {
+    let srv = TestServer::start_with(|config| {
+        config.limits.reply_max_bytes = 20_000;
+        config.limits.find_max_limit = 1_000;
+    })
+    .await;
+    let (sid, ws) = srv.session().await;
+    let dir = ws.join("a".repeat(200));
+    std::fs::create_dir(&dir).unwrap();
+    let line = format!("{}\n", "x".repeat(400));
+    for i in 0..300 {
+        std::fs::write(dir.join(format!("{}{i:03}", "f".repeat(200))), &line).unwrap();
+    }
+    let mut c = srv.client.clone();
+    let found = c
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*".into(),
+            path: String::new(),
+            limit: u64::MAX,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(found.truncated);
+    let bytes: usize = found.paths.iter().map(String::len).sum();
+    assert!(bytes <= 20_000, "{bytes}");
+    assert!(found.paths.len() > 10 && found.paths.len() < 300);
+    let searched = c
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid.clone(),
+            pattern: "x".into(),
+            path: String::new(),
+            glob: String::new(),
+            case_insensitive: false,
+            limit: u64::MAX,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(searched.truncated);
+    let bytes: usize = searched
+        .matches
+        .iter()
+        .map(|m| m.path.len() + m.text.len())
+        .sum();
+    assert!(bytes <= 20_000, "{bytes}");
+    assert!(!searched.matches.is_empty());
+    srv.stop().await;
+}

@@ -7,10 +7,20 @@
 //! apply all or nothing; a file whose line breaks are all CRLF is matched on
 //! its LF-normalised text and written back with CRLF; a UTF-8 BOM is kept; a
 //! file with mixed line endings is edited byte-exactly.
+//!
+//! Bounds (the client is hostile, any request, any size): at most
+//! [`MAX_EDITS`] edits per call, no old text twice in one call, at most
+//! [`MAX_SITES`] replacement sites in all, counted without storing more, and
+//! the size of the result is checked before it is built. Counting an
+//! ambiguous old text keeps only the first line numbers. Each edit costs at
+//! most two linear scans of the file (a third, linear too, to count an
+//! ambiguous one), so a call costs O(edits x file size) whatever the text.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+use memchr::memmem;
 use similar::TextDiff;
 
 /// One requested replacement.
@@ -47,6 +57,12 @@ pub const DIFF_CAP: usize = 64 * 1024;
 
 /// Line numbers listed in an ambiguity refusal; the count is always complete.
 const MAX_LISTED_LINES: usize = 20;
+
+/// Most edits one call may carry.
+pub const MAX_EDITS: usize = 100;
+
+/// Most sites one call may replace, across all its edits.
+pub const MAX_SITES: usize = 100_000;
 
 /// Which edit of a multi-edit call a refusal is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +143,38 @@ pub enum EditError {
     /// The file is not UTF-8 text (invalid UTF-8 or a NUL byte).
     #[error("the file is not UTF-8 text")]
     NotText,
+    /// The call carries more edits than [`MAX_EDITS`].
+    #[error("{count} edits were given, more than the limit of {max}")]
+    TooManyEdits {
+        /// Edits in the request.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Two edits of one call have the same old text.
+    #[error("edits {} and {} have the same old_string", first + 1, second + 1)]
+    DuplicateOldString {
+        /// 0-based index of the first edit with that old text.
+        first: usize,
+        /// 0-based index of the repeat.
+        second: usize,
+    },
+    /// The edits would replace more than [`MAX_SITES`] sites.
+    #[error("old_string{which} brings the replacements past the limit of {max}")]
+    TooManySites {
+        /// The edit whose sites crossed the limit.
+        which: Which,
+        /// The limit.
+        max: usize,
+    },
+    /// The file after the edits would be larger than allowed.
+    #[error("the edited file would be {size} bytes, over the limit of {limit} bytes")]
+    ResultTooLarge {
+        /// Size the file would have.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 /// A text file split into the parts the engine keeps apart.
@@ -184,13 +232,19 @@ pub fn count_lines(text: &str) -> usize {
     }
 }
 
-/// Refusals that need no file: no edits, an empty old text, or old equal to
-/// new.
+/// Refusals that need no file: no edits, too many, an empty old text, old
+/// equal to new, or the same old text twice.
 pub fn validate(edits: &[EditSpec]) -> Result<(), EditError> {
     if edits.is_empty() {
         return Err(EditError::NoEdits);
     }
     let total = edits.len();
+    if total > MAX_EDITS {
+        return Err(EditError::TooManyEdits {
+            count: total,
+            max: MAX_EDITS,
+        });
+    }
     for (index, e) in edits.iter().enumerate() {
         let which = Which { index, total };
         if e.old.is_empty() {
@@ -199,6 +253,13 @@ pub fn validate(edits: &[EditSpec]) -> Result<(), EditError> {
         if e.old == e.new {
             return Err(EditError::NoChange { which });
         }
+    }
+    let mut seen = std::collections::HashMap::with_capacity(total);
+    for (second, e) in edits.iter().enumerate() {
+        if let Some(&first) = seen.get(e.old.as_str()) {
+            return Err(EditError::DuplicateOldString { first, second });
+        }
+        seen.insert(e.old.as_str(), second);
     }
     Ok(())
 }
@@ -212,9 +273,15 @@ struct Site {
 }
 
 /// Applies `edits` to the file `bytes`, or refuses without producing anything.
+/// `max_bytes` bounds the size of the result, checked before it is built.
 ///
 /// `label` names the file in the diff header.
-pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, EditError> {
+pub fn apply(
+    bytes: &[u8],
+    edits: &[EditSpec],
+    label: &str,
+    max_bytes: u64,
+) -> Result<Applied, EditError> {
     validate(edits)?;
     let total = edits.len();
     let decoded = decode(bytes)?;
@@ -228,56 +295,74 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
     } else {
         decoded.text
     };
-    let normalised: Vec<(String, String)> = edits
+    let lf = |s: &str| -> String { s.replace("\r\n", "\n") };
+    let normalised: Vec<(Cow<'_, str>, Cow<'_, str>)> = edits
         .iter()
         .map(|e| {
             if crlf {
-                (e.old.replace("\r\n", "\n"), e.new.replace("\r\n", "\n"))
+                (Cow::Owned(lf(&e.old)), Cow::Owned(lf(&e.new)))
             } else {
-                (e.old.clone(), e.new.clone())
+                (Cow::Borrowed(e.old.as_str()), Cow::Borrowed(e.new.as_str()))
             }
         })
         .collect();
 
+    let hay = text.as_bytes();
     let mut sites = Vec::new();
     for (index, ((old, _), spec)) in normalised.iter().zip(edits).enumerate() {
         let which = Which { index, total };
+        let not_found = EditError::NotFound {
+            which,
+            endings: decoded.endings,
+        };
+        let too_many = EditError::TooManySites {
+            which,
+            max: MAX_SITES,
+        };
+        let finder = memmem::Finder::new(old.as_bytes());
+        // Byte matches of UTF-8 text in UTF-8 text start and end on
+        // character boundaries.
         if spec.replace_all {
             let before = sites.len();
-            sites.extend(text.match_indices(old.as_str()).map(|(start, m)| Site {
-                start,
-                end: start + m.len(),
-                edit: index,
-            }));
-            if sites.len() == before {
-                return Err(EditError::NotFound {
-                    which,
-                    endings: decoded.endings,
+            let mut from = 0;
+            while let Some(found) = finder.find(&hay[from..]) {
+                if sites.len() == MAX_SITES {
+                    return Err(too_many);
+                }
+                let start = from + found;
+                sites.push(Site {
+                    start,
+                    end: start + old.len(),
+                    edit: index,
                 });
+                from = start + old.len();
+            }
+            if sites.len() == before {
+                return Err(not_found);
             }
         } else {
-            let starts = occurrences(text, old);
-            match starts.len() {
-                0 => {
-                    return Err(EditError::NotFound {
-                        which,
-                        endings: decoded.endings,
-                    });
-                }
-                1 => sites.push(Site {
-                    start: starts[0],
-                    end: starts[0] + old.len(),
-                    edit: index,
-                }),
-                count => {
-                    let lines = line_numbers(text, starts.iter().copied().take(MAX_LISTED_LINES));
-                    return Err(EditError::Ambiguous {
-                        which,
-                        count,
-                        lines,
-                    });
-                }
+            let Some(start) = finder.find(hay) else {
+                return Err(not_found);
+            };
+            // Unique means unique counting overlaps: "aa" occurs twice in
+            // "aaa". A second match can start one byte on at the earliest.
+            if finder.find(&hay[start + 1..]).is_some() {
+                let (count, firsts) = count_overlapping(&hay[start..], old.as_bytes());
+                let lines = line_numbers(text, firsts.into_iter().map(|off| start + off));
+                return Err(EditError::Ambiguous {
+                    which,
+                    count,
+                    lines,
+                });
             }
+            if sites.len() == MAX_SITES {
+                return Err(too_many);
+            }
+            sites.push(Site {
+                start,
+                end: start + old.len(),
+                edit: index,
+            });
         }
     }
     sites.sort_by_key(|s| s.start);
@@ -292,11 +377,40 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
         }
     }
 
+    // The result's size, from the sites alone, before anything is built:
+    // what the text loses and gains, the BOM, and in a CRLF file one more
+    // byte for every line break of the new text.
+    let newlines = |s: &str| memchr::memchr_iter(b'\n', s.as_bytes()).count() as u64;
+    let per_edit: Vec<(u64, u64, u64, u64)> = normalised
+        .iter()
+        .map(|(old, new)| {
+            (
+                old.len() as u64,
+                new.len() as u64,
+                newlines(old),
+                newlines(new),
+            )
+        })
+        .collect();
+    let (mut size, mut breaks) = (text.len() as u64, newlines(text));
+    for s in &sites {
+        let (old_len, new_len, old_nl, new_nl) = per_edit[s.edit];
+        size = size - old_len + new_len;
+        breaks = breaks - old_nl + new_nl;
+    }
+    let bom = if decoded.bom { BOM } else { "" };
+    let lf_size = size;
+    let size = bom.len() as u64 + size + if crlf { breaks } else { 0 };
+    if size > max_bytes {
+        return Err(EditError::ResultTooLarge {
+            size,
+            limit: max_bytes,
+        });
+    }
+
     // The new text is built once, behind the BOM, so a plain file needs no
     // second copy (large buffers cost a page fault per 4 KiB when fresh).
-    let bom = if decoded.bom { BOM } else { "" };
-    let growth: usize = sites.iter().map(|s| normalised[s.edit].1.len()).sum();
-    let mut out = String::with_capacity(bom.len() + text.len() + growth);
+    let mut out = String::with_capacity(bom.len() + lf_size as usize);
     out.push_str(bom);
     let mut cursor = 0;
     for s in &sites {
@@ -313,9 +427,8 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
     let newline_delta: i64 = sites
         .iter()
         .map(|s| {
-            let new = &normalised[s.edit].1;
-            memchr::memchr_iter(b'\n', new.as_bytes()).count() as i64
-                - memchr::memchr_iter(b'\n', &text.as_bytes()[s.start..s.end]).count() as i64
+            let (_, _, old_nl, new_nl) = per_edit[s.edit];
+            new_nl as i64 - old_nl as i64
         })
         .sum();
     let open_end = |t: &str| i64::from(!t.is_empty() && !t.ends_with('\n'));
@@ -324,9 +437,17 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
     let (diff, diff_truncated) = unified_diff(text, new_text, sites[0].start, last_end, label);
 
     let bytes = if crlf {
-        let mut crlf_text = String::with_capacity(out.len() + out.len() / 16);
+        let mut crlf_text = String::with_capacity(size as usize);
         crlf_text.push_str(bom);
-        crlf_text.push_str(&new_text.replace('\n', "\r\n"));
+        for line in new_text.split_inclusive('\n') {
+            match line.strip_suffix('\n') {
+                Some(body) => {
+                    crlf_text.push_str(body);
+                    crlf_text.push_str("\r\n");
+                }
+                None => crlf_text.push_str(line),
+            }
+        }
         crlf_text.into_bytes()
     } else {
         out.into_bytes()
@@ -341,19 +462,54 @@ pub fn apply(bytes: &[u8], edits: &[EditSpec], label: &str) -> Result<Applied, E
     })
 }
 
-/// Start offsets of every occurrence of `needle`, overlapping ones included:
-/// "aa" occurs twice in "aaa", and a unique match must be unique in that sense.
-fn occurrences(haystack: &str, needle: &str) -> Vec<usize> {
-    let mut starts = Vec::new();
-    let mut from = 0;
-    while let Some(found) = haystack[from..].find(needle) {
-        let start = from + found;
-        starts.push(start);
-        // Advance one character, not one byte, to stay on a char boundary.
-        let step = haystack[start..].chars().next().map_or(1, char::len_utf8);
-        from = start + step;
+/// Occurrences of `needle` in `hay`, overlapping ones included, and the
+/// offsets of the first [`MAX_LISTED_LINES`]: one linear pass
+/// (Knuth-Morris-Pratt), however periodic the needle, storing nothing per
+/// occurrence beyond the listed ones.
+fn count_overlapping(hay: &[u8], needle: &[u8]) -> (usize, Vec<usize>) {
+    let m = needle.len();
+    if u32::try_from(m).is_err() {
+        // Border lengths fit in u32 for anything a request can carry; past
+        // that, count correctly if slowly.
+        let finder = memmem::Finder::new(needle);
+        let (mut count, mut firsts, mut from) = (0, Vec::new(), 0);
+        while let Some(found) = finder.find(&hay[from..]) {
+            count += 1;
+            if firsts.len() < MAX_LISTED_LINES {
+                firsts.push(from + found);
+            }
+            from += found + 1;
+        }
+        return (count, firsts);
     }
-    starts
+    let mut border = vec![0u32; m];
+    let mut k = 0usize;
+    for i in 1..m {
+        while k > 0 && needle[i] != needle[k] {
+            k = border[k - 1] as usize;
+        }
+        if needle[i] == needle[k] {
+            k += 1;
+        }
+        border[i] = k as u32;
+    }
+    let (mut count, mut firsts, mut q) = (0, Vec::new(), 0usize);
+    for (i, &b) in hay.iter().enumerate() {
+        while q > 0 && b != needle[q] {
+            q = border[q - 1] as usize;
+        }
+        if b == needle[q] {
+            q += 1;
+        }
+        if q == m {
+            count += 1;
+            if firsts.len() < MAX_LISTED_LINES {
+                firsts.push(i + 1 - m);
+            }
+            q = border[m - 1] as usize;
+        }
+    }
+    (count, firsts)
 }
 
 /// 1-based line numbers of ascending byte offsets, in one pass.
@@ -480,7 +636,7 @@ mod tests {
     }
 
     fn apply_str(text: &str, edits: &[EditSpec]) -> Result<Applied, EditError> {
-        apply(text.as_bytes(), edits, "f.txt")
+        apply(text.as_bytes(), edits, "f.txt", u64::MAX)
     }
 
     #[test]
@@ -630,11 +786,11 @@ mod tests {
     #[test]
     fn binary_and_invalid_utf8_are_refused() {
         assert_eq!(
-            apply(b"a\0b", &[edit("a", "b")], "f").unwrap_err(),
+            apply(b"a\0b", &[edit("a", "b")], "f", u64::MAX).unwrap_err(),
             EditError::NotText
         );
         assert_eq!(
-            apply(b"a\xffb", &[edit("a", "b")], "f").unwrap_err(),
+            apply(b"a\xffb", &[edit("a", "b")], "f", u64::MAX).unwrap_err(),
             EditError::NotText
         );
     }
@@ -659,6 +815,120 @@ mod tests {
         assert_eq!(out.bytes, "ééé u".as_bytes());
         let err = apply_str("ééé", &[edit("éé", "e")]).unwrap_err();
         assert!(matches!(err, EditError::Ambiguous { count: 2, .. }));
+    }
+
+    #[test]
+    fn more_than_the_edit_cap_is_refused() {
+        let edits: Vec<_> = (0..=MAX_EDITS)
+            .map(|i| edit(&format!("x{i}y"), "z"))
+            .collect();
+        assert_eq!(
+            apply_str("x1y", &edits).unwrap_err(),
+            EditError::TooManyEdits {
+                count: MAX_EDITS + 1,
+                max: MAX_EDITS
+            }
+        );
+        let edits: Vec<_> = (0..MAX_EDITS)
+            .map(|i| edit(&format!("<{i}>"), ""))
+            .collect();
+        let text: String = (0..MAX_EDITS).map(|i| format!("<{i}>\n")).collect();
+        assert_eq!(apply_str(&text, &edits).unwrap().replacements, MAX_EDITS);
+    }
+
+    #[test]
+    fn the_same_old_string_twice_is_refused() {
+        let err = apply_str("a b c", &[edit("a", "A"), edit("b", "B"), all("a", "x")]).unwrap_err();
+        assert_eq!(
+            err,
+            EditError::DuplicateOldString {
+                first: 0,
+                second: 2
+            }
+        );
+    }
+
+    /// The reported bomb: 100 identical replace_all edits of "a" over a
+    /// 10 MB file would have stored edits x matches sites (6 GB).
+    #[test]
+    fn identical_replace_all_edits_over_a_big_file_are_refused_before_matching() {
+        let text = "a".repeat(10 * 1024 * 1024);
+        let edits = vec![all("a", "b"); 100];
+        assert!(matches!(
+            apply_str(&text, &edits).unwrap_err(),
+            EditError::DuplicateOldString {
+                first: 0,
+                second: 1
+            }
+        ));
+    }
+
+    #[test]
+    fn replacement_sites_past_the_cap_are_refused() {
+        let text = "a".repeat(MAX_SITES + 1);
+        assert_eq!(
+            apply_str(&text, &[all("a", "b")]).unwrap_err(),
+            EditError::TooManySites {
+                which: Which { index: 0, total: 1 },
+                max: MAX_SITES
+            }
+        );
+        // Exactly the cap is fine.
+        let out = apply_str(&text[1..], &[all("a", "b")]).unwrap();
+        assert_eq!(out.replacements, MAX_SITES);
+        // The cap is over all edits of the call together.
+        let text = format!(
+            "{}{}",
+            "a".repeat(MAX_SITES / 2 + 1),
+            "b".repeat(MAX_SITES / 2)
+        );
+        assert_eq!(
+            apply_str(&text, &[all("a", "x"), all("b", "y")]).unwrap_err(),
+            EditError::TooManySites {
+                which: Which { index: 1, total: 2 },
+                max: MAX_SITES
+            }
+        );
+    }
+
+    #[test]
+    fn a_result_over_the_size_limit_is_refused_before_it_is_built() {
+        let text = format!("x\n{}", "a".repeat(1000));
+        let edits = [all("a", &"b".repeat(1000))];
+        assert_eq!(
+            apply(text.as_bytes(), &edits, "f", 100_000).unwrap_err(),
+            EditError::ResultTooLarge {
+                size: 1_000_002,
+                limit: 100_000
+            }
+        );
+        // A CRLF file grows by its new line breaks too, a BOM counts.
+        let crlf = "\u{feff}a\r\nb\r\n";
+        let edits = [edit("a", "a\nc")];
+        let size = "\u{feff}a\r\nc\r\nb\r\n".len() as u64;
+        assert!(apply(crlf.as_bytes(), &edits, "f", size).is_ok());
+        assert_eq!(
+            apply(crlf.as_bytes(), &edits, "f", size - 1).unwrap_err(),
+            EditError::ResultTooLarge {
+                size,
+                limit: size - 1
+            }
+        );
+    }
+
+    /// A periodic old text over a periodic file: overlapping occurrences
+    /// are counted in one linear pass (a restart per occurrence would cost
+    /// occurrences x length, here 16 G steps).
+    #[test]
+    fn ambiguity_of_a_long_periodic_old_string_is_counted_linearly() {
+        let text = format!("x\n{}", "a".repeat(4 * 1024 * 1024));
+        let old = "a".repeat(4096);
+        let err = apply_str(&text, &[edit(&old, "b")]).unwrap_err();
+        let EditError::Ambiguous { count, lines, .. } = err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(count, 4 * 1024 * 1024 - 4096 + 1);
+        assert_eq!(lines, vec![2; MAX_LISTED_LINES]);
     }
 
     #[test]
@@ -752,7 +1022,7 @@ mod tests {
         ) {
             let spec = EditSpec { old: old.clone(), new: new.clone(), replace_all };
             let overlapping = naive_overlapping(&text, &old);
-            match apply(text.as_bytes(), std::slice::from_ref(&spec), "f") {
+            match apply(text.as_bytes(), std::slice::from_ref(&spec), "f", u64::MAX) {
                 Ok(out) => {
                     let expected = text.replace(&old, &new);
                     prop_assert_eq!(out.line_delta, count_lines(&expected) as i64 - count_lines(&text) as i64);
@@ -789,7 +1059,7 @@ mod tests {
             ];
             let unique1 = naive_overlapping(&text, &old1) == 1;
             let unique2 = naive_overlapping(&text, &old2) == 1;
-            match apply(text.as_bytes(), &edits, "f") {
+            match apply(text.as_bytes(), &edits, "f", u64::MAX) {
                 Ok(out) => {
                     prop_assert!(unique1 && unique2);
                     let (s1, s2) = (text.find(&old1).unwrap(), text.find(&old2).unwrap());
@@ -808,7 +1078,8 @@ mod tests {
                 Err(EditError::NotFound { .. } | EditError::Ambiguous { .. }) => {
                     prop_assert!(!(unique1 && unique2));
                 }
-                Err(EditError::Overlap { .. }) => prop_assert!(unique1 && unique2),
+                Err(EditError::Overlap { .. }) => prop_assert!(unique1 && unique2 && old1 != old2),
+                Err(EditError::DuplicateOldString { first: 0, second: 1 }) => prop_assert_eq!(old1, old2),
                 Err(EditError::NoChange { .. }) => prop_assert!(false, "X/Y never equal old"),
                 Err(e) => prop_assert!(false, "unexpected refusal {e:?}"),
             }
@@ -829,7 +1100,7 @@ mod tests {
             }
             let marker_at = text.char_indices().map(|(i, _)| i).nth(at % (text.len() + 1)).unwrap_or(text.len());
             text.insert_str(marker_at, "MARK");
-            let out = apply(text.as_bytes(), &[EditSpec { old: "MARK".into(), new: new.clone(), replace_all: false }], "f").unwrap();
+            let out = apply(text.as_bytes(), &[EditSpec { old: "MARK".into(), new: new.clone(), replace_all: false }], "f", u64::MAX).unwrap();
             let new_text = String::from_utf8(out.bytes).unwrap();
             prop_assert_eq!(patch(&text, &out.diff), new_text);
         }
@@ -839,7 +1110,7 @@ mod tests {
         fn crlf_files_stay_crlf(lines in proptest::collection::vec("[ab]{1,3}", 1..8), new in "[xy\n]{1,4}") {
             let text: String = lines.iter().map(|l| format!("{l}\r\n")).collect();
             let target = format!("{}\n", lines[0]);
-            if let Ok(out) = apply(text.as_bytes(), &[EditSpec { old: target, new: new.clone(), replace_all: true }], "f") {
+            if let Ok(out) = apply(text.as_bytes(), &[EditSpec { old: target, new: new.clone(), replace_all: true }], "f", u64::MAX) {
                 let s = String::from_utf8(out.bytes).unwrap();
                 prop_assert!(!s.replace("\r\n", "").contains('\n'));
             }
@@ -865,6 +1136,11 @@ mod tests {
             }
             if e.old == e.new {
                 return Err("nochange");
+            }
+        }
+        for (i, e) in edits.iter().enumerate() {
+            if edits[..i].iter().any(|earlier| earlier.old == e.old) {
+                return Err("duplicate");
             }
         }
         let Ok(text) = std::str::from_utf8(bytes) else {
@@ -938,6 +1214,10 @@ mod tests {
             EditError::Ambiguous { .. } => "ambiguous",
             EditError::Overlap { .. } => "overlap",
             EditError::NotText => "nottext",
+            EditError::TooManyEdits { .. } => "toomanyedits",
+            EditError::DuplicateOldString { .. } => "duplicate",
+            EditError::TooManySites { .. } => "toomanysites",
+            EditError::ResultTooLarge { .. } => "toolarge",
         }
     }
 
@@ -1008,9 +1288,18 @@ mod tests {
             bytes in file_bytes(),
             edits in proptest::collection::vec(edit_spec(), 1..3),
         ) {
-            let got = apply(&bytes, &edits, "f");
+            let got = apply(&bytes, &edits, "f", u64::MAX);
             match (got, model(&bytes, &edits)) {
                 (Ok(out), Ok((expected, sites))) => {
+                    // The size checked before building is the size built.
+                    let size = out.bytes.len() as u64;
+                    prop_assert!(apply(&bytes, &edits, "f", size).is_ok());
+                    if size > 0 {
+                        prop_assert_eq!(
+                            apply(&bytes, &edits, "f", size - 1).map(|o| o.bytes),
+                            Err(EditError::ResultTooLarge { size, limit: size - 1 })
+                        );
+                    }
                     prop_assert_eq!(out.bytes, expected);
                     prop_assert_eq!(out.replacements, sites);
                 }

@@ -1,7 +1,9 @@
 //! Host-side file tools over one workspace directory: read, create, edit,
 //! list, find and search. Owns path confinement ([`path`]), the edit engine
-//! ([`edit`]), atomic writes ([`write`]), per-file write queues ([`lock`]) and
-//! confined walks ([`walk`]). Blocking file I/O runs on tokio's blocking pool.
+//! ([`edit`]), atomic writes ([`mod@write`]), per-file write queues ([`lock`]),
+//! confined and bounded walks ([`walk`]) and the removal of whole trees
+//! however deep ([`remove`]). Blocking file I/O runs on tokio's blocking
+//! pool; walks also wait for a slot of their workspace and of the service.
 
 pub mod edit;
 pub mod lock;
@@ -20,11 +22,13 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::RegexBuilder;
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 use sha2::{Digest, Sha256};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use edit::{EditError, EditSpec, LineEndings};
 use lock::PathLocks;
 use path::{RelPath, Root};
-use walk::{DirEntry, Flow};
+use walk::{DirEntry, Flow, WalkError};
+pub use walk::{WalkLimit, WalkLimits};
 
 use crate::policy::Policy;
 use write::Target;
@@ -122,6 +126,19 @@ pub enum Error {
         /// Engine refusal.
         source: EditError,
     },
+    /// A walk met one of its bounds (a command planted a huge or deeply
+    /// nested `.gitignore`, or a directory of too many entries).
+    #[error("{path}: walk limit {what:?} of {limit} exceeded")]
+    WalkLimit {
+        /// The tool that walked ("FindFiles", "SearchFiles").
+        tool: &'static str,
+        /// Workspace-relative path of the file or directory concerned.
+        path: String,
+        /// The bound met.
+        what: WalkLimit,
+        /// Its value.
+        limit: u64,
+    },
     /// Session policy refuses the write.
     #[error("write refused by policy: {0:?}")]
     Denied(crate::policy::Denial),
@@ -162,6 +179,9 @@ impl Error {
 }
 
 /// Size and count ceilings of the file tools.
+///
+/// Cloning shares [`Limits::walk_slots`]: give every workspace of a service
+/// a clone of one `Limits` so that the service-wide bound holds.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest file read, edited, searched or created.
@@ -175,10 +195,23 @@ pub struct Limits {
     pub list_max_entries: usize,
     /// FindFiles results when the request says 0.
     pub find_default_limit: usize,
+    /// Most FindFiles results, whatever the request says.
+    pub find_max_limit: usize,
     /// SearchFiles matches when the request says 0.
     pub search_default_limit: usize,
+    /// Most SearchFiles matches, whatever the request says.
+    pub search_max_limit: usize,
     /// Longest matched line SearchFiles returns, in characters.
     pub search_line_chars: usize,
+    /// Most bytes of paths and lines one FindFiles or SearchFiles reply
+    /// carries; past it the reply is cut and marked truncated.
+    pub reply_max_bytes: usize,
+    /// Bounds of one walk (FindFiles, SearchFiles): ignore files, entries.
+    pub walk: WalkLimits,
+    /// Walks of one workspace that run at once; more wait their turn.
+    pub walks_per_workspace: usize,
+    /// Walks that run at once over the whole service; more wait their turn.
+    pub walk_slots: WalkSlots,
 }
 
 impl Default for Limits {
@@ -189,9 +222,44 @@ impl Default for Limits {
             read_max_bytes: 256 * 1024,
             list_max_entries: 5000,
             find_default_limit: 1000,
+            find_max_limit: 10_000,
             search_default_limit: 200,
+            search_max_limit: 2_000,
             search_line_chars: 500,
+            reply_max_bytes: 4 * 1024 * 1024,
+            walk: WalkLimits::default(),
+            walks_per_workspace: 2,
+            walk_slots: WalkSlots::new(WalkSlots::DEFAULT),
         }
+    }
+}
+
+/// The service-wide budget of walks running at once, shared by every
+/// workspace holding a clone (see [`Limits::walk_slots`]).
+#[derive(Debug, Clone)]
+pub struct WalkSlots(Arc<Semaphore>);
+
+impl WalkSlots {
+    /// Walks at once by default.
+    pub const DEFAULT: usize = 4;
+
+    /// A budget of `n` walks at once (at least one).
+    pub fn new(n: usize) -> WalkSlots {
+        WalkSlots(Arc::new(Semaphore::new(n.max(1))))
+    }
+
+    /// Walks that could start now without waiting.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// A caller's count: 0 means `default`; nothing goes past `max`.
+fn clamp_count(asked: u64, default: usize, max: usize) -> usize {
+    if asked == 0 {
+        default.min(max)
+    } else {
+        usize::try_from(asked).unwrap_or(usize::MAX).min(max)
     }
 }
 
@@ -331,6 +399,8 @@ struct Inner {
     /// Owner given to new files and directories: the root's owner, when we
     /// are privileged and differ from it (so commands can change them).
     new_owner: Option<(u32, u32)>,
+    /// Walks of this workspace running at once.
+    walks: Arc<Semaphore>,
 }
 
 impl Workspace {
@@ -342,6 +412,7 @@ impl Workspace {
         let owner = (st.st_uid, st.st_gid);
         let euid = rustix::process::geteuid();
         let new_owner = (euid.is_root() && owner.0 != euid.as_raw()).then_some(owner);
+        let walks = Arc::new(Semaphore::new(limits.walks_per_workspace.max(1)));
         Ok(Workspace {
             inner: Arc::new(Inner {
                 root,
@@ -349,6 +420,7 @@ impl Workspace {
                 limits,
                 owner,
                 new_owner,
+                walks,
             }),
         })
     }
@@ -517,16 +589,48 @@ impl Workspace {
     }
 
     /// Finds files whose workspace-relative path matches the glob `pattern`.
+    /// Waits while too many walks run (of this workspace or the service).
     pub async fn find(&self, pattern: &str, path: &str, limit: u64) -> Result<FindOutput, Error> {
         let inner = Arc::clone(&self.inner);
         let (pattern, path) = (pattern.to_string(), path.to_string());
-        blocking(move || inner.find(&pattern, &path, limit)).await
+        let turn = self.walk_turn().await?;
+        blocking(move || {
+            let _turn = turn;
+            inner.find(&pattern, &path, limit)
+        })
+        .await
     }
 
     /// Searches file contents line by line with a regular expression.
+    /// Waits while too many walks run (of this workspace or the service).
     pub async fn search(&self, query: SearchQuery) -> Result<SearchOutput, Error> {
         let inner = Arc::clone(&self.inner);
-        blocking(move || inner.search(&query)).await
+        let turn = self.walk_turn().await?;
+        blocking(move || {
+            let _turn = turn;
+            inner.search(&query)
+        })
+        .await
+    }
+
+    /// Waits for a walk's turn: a slot of this workspace, then one of the
+    /// service. The permits move into the blocking task, so a caller that
+    /// goes away does not free them before its walk has ended.
+    async fn walk_turn(&self) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), Error> {
+        let closed = |_| Error::Io {
+            op: "wait for a walk slot",
+            path: String::new(),
+            source: io::Error::other("the walk slots are closed"),
+        };
+        let mine = Arc::clone(&self.inner.walks)
+            .acquire_owned()
+            .await
+            .map_err(closed)?;
+        let service = Arc::clone(&self.inner.limits.walk_slots.0)
+            .acquire_owned()
+            .await
+            .map_err(closed)?;
+        Ok((mine, service))
     }
 }
 
@@ -754,22 +858,16 @@ impl Inner {
                 actual: before,
             });
         }
-        let applied = edit::apply(&bytes, edits, rel.as_str()).map_err(|source| match source {
-            EditError::NotText => Error::NotText {
-                path: rel.to_string(),
-            },
-            source => Error::Edit {
-                path: rel.to_string(),
-                source,
-            },
-        })?;
-        if applied.bytes.len() as u64 > self.limits.max_file_bytes {
-            return Err(Error::TooLarge {
-                path: rel.to_string(),
-                size: applied.bytes.len() as u64,
-                limit: self.limits.max_file_bytes,
-            });
-        }
+        let applied = edit::apply(&bytes, edits, rel.as_str(), self.limits.max_file_bytes)
+            .map_err(|source| match source {
+                EditError::NotText => Error::NotText {
+                    path: rel.to_string(),
+                },
+                source => Error::Edit {
+                    path: rel.to_string(),
+                    source,
+                },
+            })?;
         write::write_atomic(&dir, name, &applied.bytes, Target::Replace(&st))
             .map_err(|e| Error::from_io("write", rel, e))?;
         let replacements = applied.replacements as u64;
@@ -802,9 +900,8 @@ impl Inner {
     fn list_dir(&self, path: &str) -> Result<ListOutput, Error> {
         let rel = self.root.rel(path)?;
         let dir = self.open_dir(&rel)?;
-        let mut entries = walk::list(&dir).map_err(|e| Error::from_io("list", &rel, e))?;
-        let truncated = entries.len() > self.limits.list_max_entries;
-        entries.truncate(self.limits.list_max_entries);
+        let (entries, truncated) = walk::list(&dir, self.limits.list_max_entries)
+            .map_err(|e| Error::from_io("list", &rel, e))?;
         Ok(ListOutput {
             path: rel.to_string(),
             entries,
@@ -816,24 +913,27 @@ impl Inner {
         let glob = compile_glob(pattern)?;
         let rel = self.root.rel(path)?;
         self.open_dir(&rel)?;
-        let limit = if limit == 0 {
-            self.limits.find_default_limit
-        } else {
-            limit as usize
-        };
+        let limit = clamp_count(
+            limit,
+            self.limits.find_default_limit,
+            self.limits.find_max_limit,
+        );
         let mut paths = Vec::new();
+        let mut bytes = 0;
         let mut truncated = false;
-        walk::walk_files(&self.root, &rel, &mut |file, _, _| {
+        walk::walk_files(&self.root, &rel, &self.limits.walk, &mut |file, _, _| {
             if glob.is_match(file.as_str()) {
-                if paths.len() == limit {
+                let cost = file.as_str().len() + REPLY_ITEM_OVERHEAD;
+                if paths.len() == limit || bytes + cost > self.limits.reply_max_bytes {
                     truncated = true;
                     return Ok(Flow::Stop);
                 }
+                bytes += cost;
                 paths.push(file.as_str().to_string());
             }
             Ok(Flow::Continue)
         })
-        .map_err(|e| Error::from_io("walk", &rel, e))?;
+        .map_err(|e| walk_error("FindFiles", &rel, e))?;
         Ok(FindOutput { paths, truncated })
     }
 
@@ -852,28 +952,30 @@ impl Inner {
             Some(compile_glob(&q.glob)?)
         };
         let rel = self.root.rel(&q.path)?;
-        let limit = if q.limit == 0 {
-            self.limits.search_default_limit
-        } else {
-            q.limit as usize
-        };
+        let limit = clamp_count(
+            q.limit,
+            self.limits.search_default_limit,
+            self.limits.search_max_limit,
+        );
         let mut out = SearchOutput {
             matches: Vec::new(),
             truncated: false,
             files_searched: 0,
         };
+        let mut bytes = 0;
         let mut visit = |file: &RelPath, dir: &OwnedFd, name: &str| -> io::Result<Flow> {
             if glob.as_ref().is_some_and(|g| !g.is_match(file.as_str())) {
                 return Ok(Flow::Continue);
             }
             // Unreadable, oversized or binary files are not searchable text.
-            let Ok((bytes, _)) = self.read_regular(file, walk::open_child_file(dir, name)) else {
+            let Ok((bytes_read, _)) = self.read_regular(file, walk::open_child_file(dir, name))
+            else {
                 return Ok(Flow::Continue);
             };
-            if bytes[..bytes.len().min(8192)].contains(&0) {
+            if bytes_read[..bytes_read.len().min(8192)].contains(&0) {
                 return Ok(Flow::Continue);
             }
-            let Ok(text) = std::str::from_utf8(&bytes) else {
+            let Ok(text) = std::str::from_utf8(&bytes_read) else {
                 return Ok(Flow::Continue);
             };
             out.files_searched += 1;
@@ -882,22 +984,25 @@ impl Inner {
             }
             for (i, line) in text.lines().enumerate() {
                 if re.is_match(line) {
-                    if out.matches.len() == limit {
+                    let text = cut_chars(line, self.limits.search_line_chars);
+                    let cost = file.as_str().len() + text.len() + REPLY_ITEM_OVERHEAD;
+                    if out.matches.len() == limit || bytes + cost > self.limits.reply_max_bytes {
                         out.truncated = true;
                         return Ok(Flow::Stop);
                     }
+                    bytes += cost;
                     out.matches.push(SearchMatch {
                         path: file.as_str().to_string(),
                         line: i as u64 + 1,
-                        text: cut_chars(line, self.limits.search_line_chars),
+                        text,
                     });
                 }
             }
             Ok(Flow::Continue)
         };
         match self.open_dir(&rel) {
-            Ok(_) => walk::walk_files(&self.root, &rel, &mut visit)
-                .map_err(|e| Error::from_io("walk", &rel, e))?,
+            Ok(_) => walk::walk_files(&self.root, &rel, &self.limits.walk, &mut visit)
+                .map_err(|e| walk_error("SearchFiles", &rel, e))?,
             // A single file: search just that one.
             Err(Error::NotADirectory { .. }) => {
                 let (parent, name) = rel.split_last().ok_or_else(|| Error::NotADirectory {
@@ -909,6 +1014,23 @@ impl Inner {
             Err(e) => return Err(e),
         }
         Ok(out)
+    }
+}
+
+/// Bytes counted per path or match of a reply beyond its text (field tags,
+/// lengths, the line number), so the byte bound holds for the encoded reply.
+const REPLY_ITEM_OVERHEAD: usize = 16;
+
+/// A walk's failure as the tool's error.
+fn walk_error(tool: &'static str, rel: &RelPath, e: WalkError) -> Error {
+    match e {
+        WalkError::Io(e) => Error::from_io("walk", rel, e),
+        WalkError::Limit { path, what, limit } => Error::WalkLimit {
+            tool,
+            path: path.to_string(),
+            what,
+            limit,
+        },
     }
 }
 
@@ -935,5 +1057,45 @@ fn cut_chars(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn counts_from_the_caller_are_clamped_to_the_ceiling() {
+        assert_eq!(clamp_count(0, 200, 2000), 200);
+        assert_eq!(clamp_count(0, 5000, 2000), 2000);
+        assert_eq!(clamp_count(7, 200, 2000), 7);
+        assert_eq!(clamp_count(u64::MAX, 200, 2000), 2000);
+    }
+
+    /// Walk turns are taken without running a walk: whether a turn is free
+    /// shows on the first poll, so nothing here depends on timing.
+    #[tokio::test]
+    async fn walks_wait_for_a_slot_of_their_workspace_and_of_the_service() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let limits = Limits {
+            walks_per_workspace: 2,
+            walk_slots: WalkSlots::new(3),
+            ..Limits::default()
+        };
+        let locks = Arc::new(PathLocks::default());
+        let ws_a = Workspace::open(a.path(), Arc::clone(&locks), limits.clone()).unwrap();
+        let ws_b = Workspace::open(b.path(), locks, limits.clone()).unwrap();
+        let a1 = ws_a.walk_turn().now_or_never().unwrap().unwrap();
+        let _a2 = ws_a.walk_turn().now_or_never().unwrap().unwrap();
+        // A third walk of the same workspace waits...
+        assert!(ws_a.walk_turn().now_or_never().is_none());
+        // ...while another workspace still gets the service's last slot.
+        let _b1 = ws_b.walk_turn().now_or_never().unwrap().unwrap();
+        assert_eq!(limits.walk_slots.available(), 0);
+        // The service is full: b's second walk waits though b has room.
+        assert!(ws_b.walk_turn().now_or_never().is_none());
+        drop(a1);
+        assert!(ws_b.walk_turn().now_or_never().is_some());
     }
 }

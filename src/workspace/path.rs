@@ -146,7 +146,20 @@ impl Root {
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let host = fd_path(&fd).unwrap_or_else(|_| host.to_path_buf());
+        // The kernel's record of what was opened, never the caller's string:
+        // a path that cannot be resolved this way is refused.
+        let host = fd_path(&fd).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot learn the real path of the directory (/proc/self/fd): {e}"),
+            )
+        })?;
+        if !host.is_absolute() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("the directory has no reachable path ({})", host.display()),
+            ));
+        }
         Ok(Root { fd, host })
     }
 
