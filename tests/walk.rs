@@ -357,3 +357,54 @@ async fn replies_stop_at_their_byte_budget() {
     assert!(!searched.matches.is_empty());
     srv.stop().await;
 }
+
+/// One SearchFiles reads at most its scan budget of file contents, however
+/// many files a command left; large binary or sparse files cost one small
+/// read each and are never searched.
+#[tokio::test]
+async fn a_search_reads_at_most_its_scan_budget() {
+    let srv = TestServer::start_with(|c| c.limits.search_scan_bytes = 1 << 20).await;
+    let (sid, ws) = srv.session().await;
+    let line = "no match here, just text\n".repeat(20_000); // 500 KB
+    for i in 0..8 {
+        std::fs::write(ws.join(format!("t{i}.txt")), &line).unwrap();
+    }
+    // Sparse files: zeros from the first byte.
+    for i in 0..50 {
+        let f = std::fs::File::create(ws.join(format!("sparse{i}.bin"))).unwrap();
+        f.set_len(8 << 20).unwrap();
+    }
+    let out = srv
+        .client
+        .clone()
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid.clone(),
+            pattern: "needle".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(out.truncated, "the budget cut the search short");
+    assert!(out.files_searched <= 2, "{}", out.files_searched);
+    // Within the budget, the same search completes.
+    for i in 2..8 {
+        std::fs::remove_file(ws.join(format!("t{i}.txt"))).unwrap();
+    }
+    std::fs::write(ws.join("t0.txt"), format!("{line}needle\n")).unwrap();
+    let out = srv
+        .client
+        .clone()
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid,
+            pattern: "needle".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!out.truncated);
+    assert_eq!(out.files_searched, 2, "sparse files are not searched");
+    assert_eq!(out.matches.len(), 1);
+    srv.stop().await;
+}

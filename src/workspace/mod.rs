@@ -22,6 +22,8 @@ use globset::{GlobBuilder, GlobMatcher};
 use regex::RegexBuilder;
 use rustix::fs::{FileType, Mode, OFlags, Stat};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use edit::{EditError, EditSpec, LineEndings};
@@ -203,6 +205,9 @@ pub struct Limits {
     pub search_max_limit: usize,
     /// Longest matched line SearchFiles returns, in characters.
     pub search_line_chars: usize,
+    /// Most bytes of file contents one SearchFiles reads; past it the
+    /// search stops and its reply is marked truncated.
+    pub search_scan_bytes: u64,
     /// Most bytes of paths and lines one FindFiles or SearchFiles reply
     /// carries; past it the reply is cut and marked truncated.
     pub reply_max_bytes: usize,
@@ -226,6 +231,7 @@ impl Default for Limits {
             search_default_limit: 200,
             search_max_limit: 2_000,
             search_line_chars: 500,
+            search_scan_bytes: 256 << 20,
             reply_max_bytes: 4 * 1024 * 1024,
             walk: WalkLimits::default(),
             walks_per_workspace: 2,
@@ -594,9 +600,11 @@ impl Workspace {
         let inner = Arc::clone(&self.inner);
         let (pattern, path) = (pattern.to_string(), path.to_string());
         let turn = self.walk_turn().await?;
+        let cancel = Cancel::default();
+        let stop = cancel.flag();
         blocking(move || {
             let _turn = turn;
-            inner.find(&pattern, &path, limit)
+            inner.find(&pattern, &path, limit, &stop)
         })
         .await
     }
@@ -606,9 +614,11 @@ impl Workspace {
     pub async fn search(&self, query: SearchQuery) -> Result<SearchOutput, Error> {
         let inner = Arc::clone(&self.inner);
         let turn = self.walk_turn().await?;
+        let cancel = Cancel::default();
+        let stop = cancel.flag();
         blocking(move || {
             let _turn = turn;
-            inner.search(&query)
+            inner.search(&query, &stop)
         })
         .await
     }
@@ -631,6 +641,24 @@ impl Workspace {
             .await
             .map_err(closed)?;
         Ok((mine, service))
+    }
+}
+
+/// Tells a walk on the blocking pool that its caller went away: dropped
+/// with the caller's future (a client that hangs up), it raises the flag
+/// the walk checks between files.
+#[derive(Default)]
+struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -909,7 +937,13 @@ impl Inner {
         })
     }
 
-    fn find(&self, pattern: &str, path: &str, limit: u64) -> Result<FindOutput, Error> {
+    fn find(
+        &self,
+        pattern: &str,
+        path: &str,
+        limit: u64,
+        stop: &AtomicBool,
+    ) -> Result<FindOutput, Error> {
         let glob = compile_glob(pattern)?;
         let rel = self.root.rel(path)?;
         self.open_dir(&rel)?;
@@ -922,6 +956,9 @@ impl Inner {
         let mut bytes = 0;
         let mut truncated = false;
         walk::walk_files(&self.root, &rel, &self.limits.walk, &mut |file, _, _| {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Flow::Stop);
+            }
             if glob.is_match(file.as_str()) {
                 let cost = file.as_str().len() + REPLY_ITEM_OVERHEAD;
                 if paths.len() == limit || bytes + cost > self.limits.reply_max_bytes {
@@ -937,7 +974,30 @@ impl Inner {
         Ok(FindOutput { paths, truncated })
     }
 
-    fn search(&self, q: &SearchQuery) -> Result<SearchOutput, Error> {
+    /// Reads a file for searching: `None` for anything that is not
+    /// searchable text (unreadable, special, oversized, binary). The head is
+    /// checked for NUL bytes before the rest is read, so a large binary or
+    /// sparse file costs one small read.
+    fn searchable(&self, dir: &OwnedFd, name: &str) -> Option<Vec<u8>> {
+        const HEAD: usize = 8192;
+        let fd = walk::open_child_file(dir, name).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+            || st.st_size as u64 > self.limits.max_file_bytes
+        {
+            return None;
+        }
+        let mut file = File::from(fd).take(self.limits.max_file_bytes + 1);
+        let mut bytes = Vec::with_capacity((st.st_size as usize).min(HEAD));
+        (&mut file).take(HEAD as u64).read_to_end(&mut bytes).ok()?;
+        if bytes.contains(&0) {
+            return None;
+        }
+        file.read_to_end(&mut bytes).ok()?;
+        (bytes.len() as u64 <= self.limits.max_file_bytes).then_some(bytes)
+    }
+
+    fn search(&self, q: &SearchQuery, stop: &AtomicBool) -> Result<SearchOutput, Error> {
         let re = RegexBuilder::new(&q.pattern)
             .case_insensitive(q.case_insensitive)
             .size_limit(16 * 1024 * 1024)
@@ -963,17 +1023,23 @@ impl Inner {
             files_searched: 0,
         };
         let mut bytes = 0;
+        // Bytes read so far: one call scans at most `search_scan_bytes`.
+        let mut scanned = 0u64;
         let mut visit = |file: &RelPath, dir: &OwnedFd, name: &str| -> io::Result<Flow> {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Flow::Stop);
+            }
             if glob.as_ref().is_some_and(|g| !g.is_match(file.as_str())) {
                 return Ok(Flow::Continue);
             }
             // Unreadable, oversized or binary files are not searchable text.
-            let Ok((bytes_read, _)) = self.read_regular(file, walk::open_child_file(dir, name))
-            else {
+            let Some(bytes_read) = self.searchable(dir, name) else {
                 return Ok(Flow::Continue);
             };
-            if bytes_read[..bytes_read.len().min(8192)].contains(&0) {
-                return Ok(Flow::Continue);
+            scanned += bytes_read.len() as u64;
+            if scanned > self.limits.search_scan_bytes {
+                out.truncated = true;
+                return Ok(Flow::Stop);
             }
             let Ok(text) = std::str::from_utf8(&bytes_read) else {
                 return Ok(Flow::Continue);
