@@ -429,6 +429,12 @@ struct ServeArgs {
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
+    /// Serve a loopback TCP address without a token. By default `serve`
+    /// makes one when none is given and writes it to <state dir>/token
+    /// (mode 0600): every local user can reach a loopback port, so without
+    /// a token any of them could drive every session.
+    #[arg(long, env = "SANDBOXD_NO_TOKEN")]
+    no_token: bool,
     /// Extra regular expression the slip guard refuses (repeatable).
     #[arg(
         long = "guard-deny",
@@ -466,11 +472,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                 .map_err(Into::into)
         }
         command => {
+            let token = cli.token.or_else(|| local_token(&cli.addr));
             client(
                 &cli.addr,
                 cli.ca_cert.as_deref(),
                 cli.session,
-                cli.token,
+                token,
                 command,
             )
             .await
@@ -563,6 +570,13 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
         )
         .into());
     }
+    // A TCP port, even on loopback, is open to every local user: unless the
+    // operator says otherwise, demand a token the service makes itself.
+    let token = match (&args.listen, token) {
+        (ListenAddr::Tcp(_), None) if !args.no_token => Some(make_token(&config.state_dir)?),
+        (_, token) => token,
+    };
+
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let read = |path: &PathBuf| {
@@ -626,6 +640,47 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
     served?;
     tracing::info!("sandboxd stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The file where `serve` writes the token it made.
+const TOKEN_FILE: &str = "token";
+
+/// Makes a fresh token and writes it to `<state_dir>/token`, readable by
+/// the service's user only (the CLI run as that user finds it there).
+fn make_token(state_dir: &std::path::Path) -> Result<String, AnyError> {
+    use std::io::Write;
+    let state = sandboxd::state::StateDir::open(state_dir)?;
+    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
+    let token = format!("{a:016x}{b:016x}{c:016x}{d:016x}");
+    state.remove_file(TOKEN_FILE)?;
+    let mut file = state.create_private(TOKEN_FILE)?;
+    file.write_all(format!("{token}\n").as_bytes())?;
+    file.sync_all()?;
+    tracing::info!(
+        file = %state.path().join(TOKEN_FILE).display(),
+        "every call must carry the token in this file (the CLI, run as this user, reads it)"
+    );
+    Ok(token)
+}
+
+/// The token a service on this machine made (see [`make_token`]), for a
+/// client run by the same user against a loopback address; never sent
+/// anywhere else.
+fn local_token(addr: &str) -> Option<String> {
+    let uri: tonic::transport::Uri = addr.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        return None;
+    }
+    let service = std::env::var("SANDBOXD_SERVICE_NAME").unwrap_or_else(|_| "sandboxd".into());
+    let path = sandboxd::state::StateDir::default_path(&service).join(TOKEN_FILE);
+    let token = std::fs::read_to_string(path).ok()?.trim().to_string();
+    (!token.is_empty()).then_some(token)
 }
 
 /// Binds a Unix socket only this user can connect to. A stale socket left

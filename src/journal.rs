@@ -15,13 +15,13 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
 use crate::sandbox::{ExitReport, KilledBy};
+use crate::state::StateDir;
 
 /// Entries (and writes, commands, refusals) kept in memory per session;
 /// older ones are dropped and counted (the JSON-lines file keeps them all).
@@ -224,16 +224,11 @@ fn now_ms() -> u64 {
 impl Journal {
     /// A journal for `session`; with `dir`, entries are also appended to
     /// `<dir>/<session>.jsonl`.
-    pub fn new(session: &str, dir: Option<&Path>) -> io::Result<Journal> {
+    pub fn new(session: &str, dir: Option<&StateDir>) -> io::Result<Journal> {
         let sink = match dir {
-            Some(dir) => {
-                std::fs::create_dir_all(dir)?;
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(dir.join(format!("{session}.jsonl")))?;
-                Some(Mutex::new(file))
-            }
+            // A new file, 0600, created through the directory's fd: a name
+            // planted in advance (or a link) is refused, never appended to.
+            Some(dir) => Some(Mutex::new(dir.create_private(&format!("{session}.jsonl"))?)),
             None => None,
         };
         Ok(Journal {
@@ -544,8 +539,9 @@ mod tests {
 
     #[test]
     fn keeps_a_bounded_window_and_writes_json_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let j = Journal::new("d", Some(dir.path())).unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(&base.path().join("journal")).unwrap();
+        let j = Journal::new("d", Some(&dir)).unwrap();
         for i in 0..(MAX_KEPT + 5) {
             j.ok("ReadFile", &format!("f{i}"), Instant::now(), String::new());
         }
@@ -561,6 +557,13 @@ mod tests {
         assert_eq!(r.dropped, 6);
         assert_eq!(r.refused.len(), 1);
         let text = std::fs::read_to_string(dir.path().join("d.jsonl")).unwrap();
+        let mode = std::os::unix::fs::MetadataExt::mode(
+            &std::fs::metadata(dir.path().join("d.jsonl")).unwrap(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "a journal is private");
+        // A name planted in advance is never appended to.
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("e.jsonl")).unwrap();
+        assert!(Journal::new("e", Some(&dir)).is_err());
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), MAX_KEPT + 6);
         let last: serde_json::Value = serde_json::from_str(lines[lines.len() - 1]).unwrap();

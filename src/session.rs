@@ -642,6 +642,8 @@ pub struct Registry {
     runtime: Arc<dyn Runtime>,
     locks: Arc<PathLocks>,
     volumes: Arc<Volumes>,
+    /// Where journals are appended, checked like the state directory.
+    journal_dir: Option<Arc<StateDir>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     pool: Arc<Pool>,
 }
@@ -652,6 +654,12 @@ impl Registry {
     pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> Result<Registry, StartError> {
         let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
         let volumes = Arc::new(Volumes::open(&state)?);
+        let journal_dir = match &config.journal_dir {
+            Some(dir) => Some(Arc::new(
+                StateDir::open(dir).map_err(crate::volume::Error::State)?,
+            )),
+            None => None,
+        };
         let allowed_roots = config
             .allowed_roots
             .iter()
@@ -670,6 +678,7 @@ impl Registry {
             runtime,
             locks: Arc::new(PathLocks::default()),
             volumes,
+            journal_dir,
             sessions: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
         })
@@ -739,7 +748,7 @@ impl Registry {
         if pooled {
             self.fill_pool();
         }
-        let journal = match Journal::new(&id, self.config.journal_dir.as_deref()) {
+        let journal = match Journal::new(&id, self.journal_dir.as_deref()) {
             Ok(journal) => journal,
             Err(e) => {
                 discard(Prepared {
@@ -1425,9 +1434,19 @@ fn open_workspace(
     {
         return Err(not_allowed());
     }
-    // The service's own state (other sessions' volumes) is never lent.
-    let state = config.state_dir.as_path();
-    if ws.host_path().starts_with(state) || state.starts_with(ws.host_path()) {
+    // The service's own files (other sessions' volumes, the journals, the
+    // supervisor binary) are never lent.
+    let own = [
+        Some(config.state_dir.as_path()),
+        config.journal_dir.as_deref(),
+        config.sandbox.supervisor.as_deref(),
+    ];
+    let host = ws.host_path();
+    if own
+        .into_iter()
+        .flatten()
+        .any(|p| host.starts_with(p) || p.starts_with(host))
+    {
         return Err(Error::OverlapsState { path });
     }
     // Containers mount a pin of this very directory, never its path.

@@ -177,6 +177,33 @@ impl StateDir {
         Ok(Dir { fd, path })
     }
 
+    /// Removes the file `name` from this directory, if it is there (a link
+    /// is removed, never followed).
+    pub fn remove_file(&self, name: &str) -> io::Result<()> {
+        match rustix::fs::unlinkat(&self.dir.fd, name, rustix::fs::AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the new file `name` in this directory, readable and writable
+    /// by the service's user only, opened for appending. Refuses a name that
+    /// exists (a planted file or link is never opened).
+    pub fn create_private(&self, name: &str) -> io::Result<std::fs::File> {
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(std::fs::File::from(fd))
+    }
+
     /// An exclusive lock file in this directory, held until dropped (opened
     /// without following a symlink, checked to be the service's own).
     pub fn lock(&self, name: &str) -> io::Result<OwnedFd> {

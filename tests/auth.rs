@@ -136,6 +136,11 @@ impl Served {
         Served { child, _dir: dir }
     }
 
+    /// The instance's state directory.
+    fn state(&self) -> std::path::PathBuf {
+        self._dir.path().join("state")
+    }
+
     /// SIGTERM, then waits for a clean exit.
     fn stop(mut self) {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
@@ -203,6 +208,7 @@ async fn tls_admits_a_client_trusting_the_ca_and_refuses_plain_text() {
             cert.to_str().unwrap(),
             "--tls-key",
             key.to_str().unwrap(),
+            "--no-token",
         ],
     );
     wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
@@ -306,4 +312,58 @@ async fn unix_socket_listener_is_private_and_removed_at_exit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
     assert_eq!(std::fs::read_to_string(&socket).unwrap(), "not a socket");
+}
+
+/// A loopback port is open to every local user: served without a token,
+/// the service makes one, keeps it where only its own user can read it, and
+/// refuses calls without it.
+#[tokio::test]
+async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
+    let port = free_port();
+    let served = Served::start(&format!("127.0.0.1:{port}"), &[]);
+    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    let file = served.state().join("token");
+    let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    assert_eq!(token.len(), 64, "{token}");
+    let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&file).unwrap());
+    assert_eq!(mode & 0o777, 0o600);
+    let nobody = std::process::Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c"])
+        .arg(format!("cat {}", file.display()))
+        .output()
+        .unwrap();
+    assert!(!nobody.status.success(), "another user read the token");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = SandboxClient::new(channel);
+    let err = c
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "UNAUTHENTICATED");
+    c.list_sessions(with_auth(
+        pb::ListSessionsRequest {},
+        &format!("Bearer {token}"),
+    ))
+    .await
+    .unwrap();
+    served.stop();
+    // `--no-token` is the operator's explicit choice.
+    let port = free_port();
+    let served = Served::start(&format!("127.0.0.1:{port}"), &["--no-token"]);
+    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    assert!(!served.state().join("token").exists());
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    SandboxClient::new(channel)
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap();
+    served.stop();
 }

@@ -111,7 +111,7 @@ impl Served {
                 "--service-name",
                 service,
             ])
-            .args(["--pool-size", &pool.to_string()])
+            .args(["--pool-size", &pool.to_string(), "--no-token"])
             .arg("--state-dir")
             .arg(workspaces.join("state"))
             .stdout(Stdio::null())

@@ -50,8 +50,10 @@ fn journal_lines(dir: &Path, id: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test]
 async fn report_tells_a_faithful_run_from_a_drifting_one() {
-    let journal_dir = tempfile::tempdir().unwrap();
-    let dir = journal_dir.path().to_path_buf();
+    let journal_base = tempfile::tempdir().unwrap();
+    // The journal directory is checked like the state directory: made 0700.
+    let journal_dir = journal_base.path().join("journal");
+    let dir = journal_dir.clone();
     let server = TestServer::with_docker_mode_and(Mode::Supervisor, move |c| {
         c.journal_dir = Some(dir);
     })
@@ -157,7 +159,7 @@ async fn report_tells_a_faithful_run_from_a_drifting_one() {
     assert_eq!(r.denied[0].tool, "EditFile");
 
     // The JSON lines hold the same story for external audit.
-    let lines = journal_lines(journal_dir.path(), &drifting);
+    let lines = journal_lines(&journal_dir, &drifting);
     assert!(lines.iter().all(|l| l["session_id"] == drifting.as_str()));
     let writes: Vec<&serde_json::Value> = lines.iter().filter(|l| l["write"].is_object()).collect();
     assert_eq!(writes.len(), 2);
@@ -185,7 +187,7 @@ async fn report_tells_a_faithful_run_from_a_drifting_one() {
     let last = closed.report.unwrap();
     assert_eq!(last.files_written.len(), 2);
     assert_eq!(last.journal.last().unwrap().tool, "CloseSession");
-    let lines = journal_lines(journal_dir.path(), &faithful);
+    let lines = journal_lines(&journal_dir, &faithful);
     assert_eq!(lines.last().unwrap()["tool"], "CloseSession");
     server.stop().await;
 }
