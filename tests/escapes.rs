@@ -27,6 +27,18 @@ async fn lent_session(srv: &TestServer, dir: &Path) -> Result<String, tonic::Sta
         .map(|r| r.into_inner().session_id)
 }
 
+/// CreateSession.
+async fn create(
+    srv: &TestServer,
+    req: pb::CreateSessionRequest,
+) -> Result<pb::Session, tonic::Status> {
+    srv.client
+        .clone()
+        .create_session(req)
+        .await
+        .map(|r| r.into_inner())
+}
+
 async fn reset(srv: &TestServer, sid: &str) -> pb::ResetSandboxResponse {
     srv.client
         .clone()
@@ -397,19 +409,19 @@ async fn lent_directories_must_be_private() {
     .await;
     assert!(mounts.stdout().contains("nosuid"), "{}", mounts.stdout());
     // Quotas apply to fresh workspaces only, and asking for one here says so.
-    let err = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let err = create(
+        &srv,
+        pb::CreateSessionRequest {
             workspace_path: open.display().to_string(),
             limits: Some(pb::Limits {
                 disk_bytes: 1 << 30,
                 ..Default::default()
             }),
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(reason(&err), "INVALID_ARGUMENT", "{err:?}");
     srv.stop().await;
 }
@@ -455,20 +467,19 @@ async fn deep_trees_are_removed_without_harming_the_service() {
 #[tokio::test]
 async fn disk_and_inode_quotas_hold_and_recover() {
     let srv = TestServer::with_docker().await;
-    let small = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let small = create(
+        &srv,
+        pb::CreateSessionRequest {
             limits: Some(pb::Limits {
                 disk_bytes: 64 << 20,
                 inodes: 4096,
                 ..Default::default()
             }),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await
+    .unwrap();
     let limits = small.limits.unwrap();
     assert_eq!(limits.disk_bytes, 64 << 20);
     assert_eq!(limits.inodes, 4096);
@@ -524,18 +535,18 @@ async fn disk_and_inode_quotas_hold_and_recover() {
     .await;
     assert_eq!(cleaned.stdout(), "ok\n", "{}", cleaned.stderr());
     // Past the ceiling is refused.
-    let err = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let err = create(
+        &srv,
+        pb::CreateSessionRequest {
             limits: Some(pb::Limits {
                 disk_bytes: u64::MAX,
                 ..Default::default()
             }),
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(reason(&err), "LIMIT_EXCEEDED", "{err:?}");
     srv.stop().await;
 }
@@ -546,19 +557,18 @@ async fn disk_and_inode_quotas_hold_and_recover() {
 #[tokio::test]
 async fn a_wedged_session_is_reported_and_reset() {
     let srv = TestServer::with_docker().await;
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let s = create(
+        &srv,
+        pb::CreateSessionRequest {
             limits: Some(pb::Limits {
                 pids: 64,
                 ..Default::default()
             }),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await
+    .unwrap();
     let sid = s.session_id;
     std::fs::write(PathBuf::from(&s.workspace_path).join("kept.txt"), "kept\n").unwrap();
     let spin = run(
@@ -645,17 +655,16 @@ async fn cli_resets_a_session() {
 #[tokio::test]
 async fn ttl_never_reaps_a_session_with_a_running_command() {
     let srv = TestServer::with_docker().await;
-    let sid = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let sid = create(
+        &srv,
+        pb::CreateSessionRequest {
             ttl_seconds: 2,
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+        },
+    )
+    .await
+    .unwrap()
+    .session_id;
     let ran = run(&srv.client, &sid, "sleep 5; echo done", 30_000).await;
     assert_eq!(ran.stdout(), "done\n");
     assert_eq!(ran.exit.killed_by, pb::KilledBy::None as i32);
@@ -686,15 +695,15 @@ async fn only_allowed_images_start() {
     let other = "sandboxd-test-unlisted:latest";
     assert!(docker(&["tag", &default, other]).status.success());
     let srv = TestServer::with_docker().await;
-    let err = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let err = create(
+        &srv,
+        pb::CreateSessionRequest {
             image: other.into(),
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(reason(&err), "IMAGE_NOT_ALLOWED", "{err:?}");
     assert!(err.message().contains(&default), "{err:?}");
     srv.stop().await;
@@ -702,16 +711,15 @@ async fn only_allowed_images_start() {
         c.sandbox.allowed_images = vec![other.to_string()];
     })
     .await;
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
+    let s = create(
+        &srv,
+        pb::CreateSessionRequest {
             image: other.into(),
             ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+        },
+    )
+    .await
+    .unwrap();
     let ran = run(&srv.client, &s.session_id, "echo allowed", 20_000).await;
     assert_eq!(ran.stdout(), "allowed\n");
     srv.stop().await;
