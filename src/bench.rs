@@ -125,7 +125,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         settle().await;
         edits(&client, (args.samples / 2).max(10), &mut rows).await?;
         settle().await;
-        flood(&client, args.flood_bytes, &mut rows).await?;
+        flood(&client, args.flood_bytes, &mut rows, settle).await?;
         concurrency(&client, &mut rows, settle).await?;
         Ok::<(), AnyError>(())
     }
@@ -404,9 +404,16 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn flood(client: &Client, bytes: u64, rows: &mut Vec<Row>) -> Result<(), AnyError> {
+async fn flood<F: std::future::Future<Output = ()>>(
+    client: &Client,
+    bytes: u64,
+    rows: &mut Vec<Row>,
+    settle: impl Fn() -> F,
+) -> Result<(), AnyError> {
     eprintln!("output flood ({} MiB, 3 samples each)...", bytes >> 20);
     let session = new_session(client).await?;
+    // The session came from the pool: let it refill before measuring.
+    settle().await;
     let container = session.container_id.clone();
     let command = format!("head -c {bytes} /dev/zero");
     let before = peak_rss_kib();
