@@ -206,6 +206,10 @@ async fn commands_cannot_reach_their_supervisor_and_a_lost_link_replaces_the_con
     "#;
     let ran = run(&srv.client, &sid, attack, 20_000).await;
     let out = ran.stdout();
+    // Nor can it make the OOM killer pick the supervisor: commands are its
+    // first choice.
+    let adj = run(&srv.client, &sid, "cat /proc/self/oom_score_adj", 20_000).await;
+    assert_eq!(adj.stdout(), "1000\n");
     assert!(!out.contains("supervisor pid: \n"), "{out}");
     for line in [
         "kill: 0",

@@ -178,21 +178,30 @@ async fn run_one(
     let mut cmd = tokio::process::Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(&spawn.command)
-        .current_dir(&spawn.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some((uid, gid)) = user {
-        // Supplementary groups are dropped too (std does so when root).
-        cmd.uid(uid).gid(gid);
-    }
-    // When the container runs out of memory, the kernel must pick a command
-    // (this process's children), never the supervisor.
+    // Prepared before the fork: the child may not allocate.
+    let Ok(cwd) = std::ffi::CString::new(spawn.cwd.clone()) else {
+        let exit = frames::Exit {
+            exit_code: 127,
+            spawn_error: format!("the working directory {:?} contains a NUL byte", spawn.cwd),
+            ..Default::default()
+        };
+        send(event::Kind::Exit(exit)).await;
+        return;
+    };
+    // In the child, in this order: while still root, make the command the
+    // OOM killer's first choice (raising one's own score needs no right,
+    // but a process that changed its uid may no longer open its /proc
+    // files); then become the session's user (no groups, no capabilities
+    // left); only then enter the working directory, which root without
+    // DAC override may not be allowed to.
     // SAFETY: runs in the child between fork and exec, and makes only
-    // async-signal-safe system calls (open, write, close) on static data.
+    // async-signal-safe system calls on data prepared before the fork.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if let Ok(fd) = rustix::fs::open(
                 c"/proc/self/oom_score_adj",
                 rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
@@ -200,6 +209,16 @@ async fn run_one(
             ) {
                 let _ = rustix::io::write(&fd, b"1000");
             }
+            if let Some((uid, gid)) = user {
+                // The child is single-threaded: the thread calls are the
+                // process's.
+                rustix::thread::set_thread_groups(&[])?;
+                let gid = rustix::fs::Gid::from_raw(gid);
+                rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+                let uid = rustix::fs::Uid::from_raw(uid);
+                rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+            }
+            rustix::process::chdir(cwd.as_c_str())?;
             Ok(())
         });
     }

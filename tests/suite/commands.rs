@@ -751,3 +751,34 @@ async fn container_killed_during_a_command_ends_it_cleanly() {
     assert_ne!(after, before, "the session got a fresh container");
     srv.stop().await;
 }
+
+/// The kill ladder signals exactly the timed-out command's process group,
+/// whatever another command of the session writes: nothing in the
+/// container decides what the ladder signals (a pidfile in the shared /tmp
+/// once could be rewritten to point the ladder elsewhere).
+#[tokio::test]
+async fn another_command_cannot_redirect_the_kill_ladder() {
+    let srv = TestServer::with_docker_mode(MODE).await;
+    let (sid, _) = srv.session().await;
+    // A background "redirector": rewrites every pidfile it can find to
+    // name itself or init, forever.
+    let planted = run(
+        &srv.client,
+        &sid,
+        "setsid sh -c 'while :; do for f in /tmp/.sandboxd-*.pid /tmp/*.pid; do echo 1 > \"$f\" 2>/dev/null; done; sleep 0.05; done; : REDIRECTOR' >/dev/null 2>&1 & echo planted",
+        10_000,
+    )
+    .await;
+    assert_eq!(planted.stdout(), "planted\n");
+    let ran = run(&srv.client, &sid, "sleep 100", 1000).await;
+    assert!(ran.exit.timed_out, "{:?}", ran.exit);
+    if MODE != common::Mode::Gvisor {
+        // Under gVisor a plain exec's group cannot be signalled from the
+        // host: the container is the stop there.
+        assert_eq!(ran.exit.killed_by, KilledBy::ProcessGroupTerm as i32, "{:?}", ran.exit);
+        // The ladder hit only the command's group: the redirector lives on.
+        let left = leftovers(&srv, &sid, "REDIRECTOR").await;
+        assert_eq!(left.len(), 1, "{left:?}");
+    }
+    srv.stop().await;
+}
