@@ -439,17 +439,27 @@ async fn hostile_inputs_get_their_status_and_reason_and_change_nothing() {
             let r = edit_req(&s(), "a.txt", vec![]);
             async move { c.edit_file(r).await.map(drop) }
         }),
-        row("the same old_string twice", InvalidArgument, "DUPLICATE_OLD_STRING", {
-            let mut c = cl();
-            let r = edit_req(&s(), "a.txt", vec![edit("two", "2"), edit("two", "3")]);
-            async move { c.edit_file(r).await.map(drop) }
-        }),
-        row("a thousand edits in one call", ResourceExhausted, "LIMIT_EXCEEDED", {
-            let mut c = cl();
-            let edits = (0..1000).map(|i| edit(&format!("x{i}"), "y")).collect();
-            let r = edit_req(&s(), "a.txt", edits);
-            async move { c.edit_file(r).await.map(drop) }
-        }),
+        row(
+            "the same old_string twice",
+            InvalidArgument,
+            "DUPLICATE_OLD_STRING",
+            {
+                let mut c = cl();
+                let r = edit_req(&s(), "a.txt", vec![edit("two", "2"), edit("two", "3")]);
+                async move { c.edit_file(r).await.map(drop) }
+            },
+        ),
+        row(
+            "a thousand edits in one call",
+            ResourceExhausted,
+            "LIMIT_EXCEEDED",
+            {
+                let mut c = cl();
+                let edits = (0..1000).map(|i| edit(&format!("x{i}"), "y")).collect();
+                let r = edit_req(&s(), "a.txt", edits);
+                async move { c.edit_file(r).await.map(drop) }
+            },
+        ),
         row("empty old_string", InvalidArgument, "EMPTY_OLD_STRING", {
             let mut c = cl();
             let r = edit_req(&s(), "a.txt", vec![edit("", "x")]);
