@@ -4,7 +4,10 @@
 //!
 //! Layers, one way: `service` (wire) -> `session` -> `workspace` (host files)
 //! and `sandbox` (containers). `session` holds each session's `policy` (the
-//! one place deciding what it may write and run) and its audit `journal`.
+//! one place deciding what it may write and run), its audit `journal`, and
+//! its `volume`: where its workspace lives on the host (its own quota'd
+//! filesystem, or a pin of a lent directory), inside the service's private
+//! `state` directory.
 //! Only `service` and `convert` see generated `pb` types; `error` holds the
 //! one mapping from domain errors to gRPC statuses.
 

@@ -223,7 +223,7 @@ impl Volumes {
         let path = inner.pins.path.join(id);
         rustix::fs::mkdirat(&inner.pins.fd, id, Mode::from_raw_mode(0o700))
             .map_err(|e| Error::Pin(e.into()))?;
-        let mut volume = Volume {
+        let volume = Volume {
             inner: Arc::clone(inner),
             id: id.to_string(),
             kind: Kind::Pin,
@@ -290,9 +290,9 @@ impl Volumes {
             for id in stale(dir) {
                 let volume = Volume {
                     inner: Arc::clone(inner),
+                    path: dir.path.join(&id),
                     id,
                     kind,
-                    path: dir.path.clone(),
                     identity: (0, 0),
                     quota: None,
                 };
@@ -537,7 +537,7 @@ impl Volume {
     }
 
     /// Best-effort removal on an error path.
-    fn discard(&mut self) {
+    fn discard(&self) {
         if let Err(e) = self.remove() {
             tracing::warn!(volume = %self.id, error = %e, "cannot remove a half-made workspace");
         }
