@@ -1196,10 +1196,7 @@ async fn prepare(
     .await
     .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
     let cfg = &config.sandbox;
-    let (uid, gid) = match workspace.owner() {
-        (0, _) => cfg.default_user,
-        owner => owner,
-    };
+    let (uid, gid) = command_user(workspace.owner(), cfg.default_user);
     // What the session really has: no quota where none is enforced.
     let limits = match volume.quota() {
         Some(q) => sandbox::Limits {
@@ -1371,6 +1368,39 @@ async fn discard(warm: Prepared) {
     }
     let volume = warm.volume;
     let _ = tokio::task::spawn_blocking(move || volume.remove()).await;
+}
+
+/// Who a session's commands run as: the workspace's owner, with the
+/// owner's own primary group (never the directory's group, which may be
+/// root's or another privileged one the owner does not have); the default
+/// user for a root-owned workspace.
+fn command_user(owner: (u32, u32), default: (u32, u32)) -> (u32, u32) {
+    match owner {
+        (0, _) => default,
+        (uid, _) => (
+            uid,
+            primary_gid(uid)
+                .filter(|&gid| gid != 0)
+                .unwrap_or(default.1),
+        ),
+    }
+}
+
+/// The primary group of `uid` in the host's /etc/passwd.
+fn primary_gid(uid: u32) -> Option<u32> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let (_, _, u, g) = (
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        );
+        (u.parse::<u32>().ok()? == uid)
+            .then(|| g.parse().ok())
+            .flatten()
+    })
 }
 
 /// Environment names must be non-empty and free of `=` and NUL.

@@ -408,3 +408,39 @@ async fn a_search_reads_at_most_its_scan_budget() {
     assert_eq!(out.matches.len(), 1);
     srv.stop().await;
 }
+
+/// No FindFiles or SearchFiles runs past its time: the reply comes back
+/// marked truncated (here with no time at all, the walk stops at once).
+#[tokio::test]
+async fn walks_stop_at_their_time_limit() {
+    let srv = TestServer::start_with(|c| c.limits.walk_time = std::time::Duration::ZERO).await;
+    let (sid, ws) = srv.session().await;
+    project(&ws);
+    let found = srv
+        .client
+        .clone()
+        .find_files(pb::FindFilesRequest {
+            session_id: sid.clone(),
+            pattern: "*".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(found.truncated);
+    assert!(found.paths.is_empty(), "{:?}", found.paths);
+    let searched = srv
+        .client
+        .clone()
+        .search_files(pb::SearchFilesRequest {
+            session_id: sid,
+            pattern: "TODO".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(searched.truncated);
+    assert_eq!(searched.files_searched, 0);
+    srv.stop().await;
+}

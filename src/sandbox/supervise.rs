@@ -193,11 +193,12 @@ async fn run_one(
         return;
     };
     // In the child, in this order: while still root, make the command the
-    // OOM killer's first choice (raising one's own score needs no right,
-    // but a process that changed its uid may no longer open its /proc
-    // files); then become the session's user (no groups, no capabilities
-    // left); only then enter the working directory, which root without
-    // DAC override may not be allowed to.
+    // OOM killer's first choice (a process that changed its uid may no
+    // longer open its /proc files; pinning the score against the command
+    // lowering it again would take CAP_SYS_RESOURCE, which hosts such as
+    // this one's VM do not grant); then become the session's user (no
+    // groups, no capabilities left); only then enter the working directory,
+    // which root without DAC override may not be allowed to.
     // SAFETY: runs in the child between fork and exec, and makes only
     // async-signal-safe system calls on data prepared before the fork.
     unsafe {

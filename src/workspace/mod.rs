@@ -208,6 +208,10 @@ pub struct Limits {
     /// Most bytes of file contents one SearchFiles reads; past it the
     /// search stops and its reply is marked truncated.
     pub search_scan_bytes: u64,
+    /// Longest one FindFiles or SearchFiles runs; past it the walk stops
+    /// and its reply is marked truncated, so no call holds a walk slot for
+    /// long whatever the tree or the pattern.
+    pub walk_time: std::time::Duration,
     /// Most bytes of paths and lines one FindFiles or SearchFiles reply
     /// carries; past it the reply is cut and marked truncated.
     pub reply_max_bytes: usize,
@@ -232,9 +236,10 @@ impl Default for Limits {
             search_max_limit: 2_000,
             search_line_chars: 500,
             search_scan_bytes: 256 << 20,
+            walk_time: std::time::Duration::from_secs(10),
             reply_max_bytes: 4 * 1024 * 1024,
             walk: WalkLimits::default(),
-            walks_per_workspace: 2,
+            walks_per_workspace: 1,
             walk_slots: WalkSlots::new(WalkSlots::DEFAULT),
         }
     }
@@ -955,8 +960,13 @@ impl Inner {
         let mut paths = Vec::new();
         let mut bytes = 0;
         let mut truncated = false;
+        let deadline = std::time::Instant::now() + self.limits.walk_time;
         walk::walk_files(&self.root, &rel, &self.limits.walk, &mut |file, _, _| {
             if stop.load(Ordering::Relaxed) {
+                return Ok(Flow::Stop);
+            }
+            if std::time::Instant::now() > deadline {
+                truncated = true;
                 return Ok(Flow::Stop);
             }
             if glob.is_match(file.as_str()) {
@@ -1025,8 +1035,18 @@ impl Inner {
         let mut bytes = 0;
         // Bytes read so far: one call scans at most `search_scan_bytes`.
         let mut scanned = 0u64;
-        let mut visit = |file: &RelPath, dir: &OwnedFd, name: &str| -> io::Result<Flow> {
+        let deadline = std::time::Instant::now() + self.limits.walk_time;
+        // Whether the call must end now: its caller left, or its time is up.
+        let over = |out: &mut SearchOutput| {
             if stop.load(Ordering::Relaxed) {
+                return true;
+            }
+            let late = std::time::Instant::now() > deadline;
+            out.truncated |= late;
+            late
+        };
+        let mut visit = |file: &RelPath, dir: &OwnedFd, name: &str| -> io::Result<Flow> {
+            if over(&mut out) {
                 return Ok(Flow::Stop);
             }
             if glob.as_ref().is_some_and(|g| !g.is_match(file.as_str())) {
@@ -1049,6 +1069,9 @@ impl Inner {
                 return Ok(Flow::Continue);
             }
             for (i, line) in text.lines().enumerate() {
+                if i % 4096 == 4095 && over(&mut out) {
+                    return Ok(Flow::Stop);
+                }
                 if re.is_match(line) {
                     let text = cut_chars(line, self.limits.search_line_chars);
                     let cost = file.as_str().len() + text.len() + REPLY_ITEM_OVERHEAD;
