@@ -772,13 +772,25 @@ fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, AnyErro
         }
         std::fs::remove_file(path)?;
     }
-    // Made 0600 before bind through the umask, so no other user can connect
-    // in between.
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
-    let bound = tokio::net::UnixListener::bind(path);
-    rustix::process::umask(old);
-    let listener = bound.map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    // Bound inside a private directory beside the target, made 0600 there,
+    // then renamed into place: no other user can connect in between, and
+    // the process umask (shared by every thread) is never touched.
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let staging = tempfile::Builder::new()
+        .prefix(".sandboxd-bind-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))?;
+    let staged = staging.path().join("sock");
+    let listener = tokio::net::UnixListener::bind(&staged)
+        .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&staged, path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
+    staging.close()?;
     Ok(listener)
 }
 

@@ -565,7 +565,13 @@ impl Sandbox {
     async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Via, Error> {
         let link = self.link(container).await?;
         let started = std::time::Instant::now();
-        let (id, frames) = link.spawn(spec).await?;
+        // The link was up: failing to hand it a command means it died (the
+        // reader may not have noticed yet), and the container with it is no
+        // longer trusted. Never fall back to a plain exec there.
+        let (id, frames) = link.spawn(spec).await.map_err(|e| {
+            tracing::warn!(container, error = %e, "the supervisor link died");
+            Error::LinkLost
+        })?;
         Ok(Via::Supervised(supervisor::Supervised {
             rt: Arc::clone(&self.runtime),
             link,

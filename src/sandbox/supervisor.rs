@@ -72,8 +72,12 @@ pub fn make_socket_dir(dir: &Path) -> Result<(), Error> {
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(fail)
 }
 
-/// Listens on the socket in `dir`, mode 0600 from the moment it exists.
+/// Listens on the socket in `dir` (made private first: only root can reach
+/// the socket through it, from the moment it exists), then makes the socket
+/// itself 0600. The process umask is never touched: other threads create
+/// files meanwhile.
 fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
+    use std::os::unix::fs::PermissionsExt;
     let fail = |e: std::io::Error| {
         Error::StartExec(format!("supervisor socket in {}: {e}", dir.display()))
     };
@@ -84,10 +88,9 @@ fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(fail(e)),
     }
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
-    let bound = tokio::net::UnixListener::bind(&path);
-    rustix::process::umask(old);
-    bound.map_err(fail)
+    let listener = tokio::net::UnixListener::bind(&path).map_err(fail)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    Ok(listener)
 }
 
 /// A fresh secret for one link: 256 random bits, hex.
