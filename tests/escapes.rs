@@ -862,3 +862,29 @@ async fn commands_never_take_the_lent_directorys_group() {
     );
     srv.stop().await;
 }
+
+/// A lent path is judged by where it really is, never by its spelling:
+/// `<allowed>/../..` climbing out is refused, however it starts.
+#[tokio::test]
+async fn lent_paths_are_judged_by_their_real_location() {
+    let srv = TestServer::start().await;
+    let (_outside, secret) = host_target();
+    let outside = secret.parent().unwrap();
+    let mut climbs = vec![format!(
+        "{}/../../{}",
+        srv.allowed_root.path().display(),
+        outside.display()
+    )];
+    let depth = srv.allowed_root.path().components().count();
+    climbs.push(format!(
+        "{}/{}{}",
+        srv.allowed_root.path().display(),
+        "../".repeat(depth),
+        outside.display().to_string().trim_start_matches('/')
+    ));
+    for climb in climbs {
+        let err = lent_session(&srv, Path::new(&climb)).await.unwrap_err();
+        assert_eq!(reason(&err), "PATH_OUTSIDE_WORKSPACE", "{climb}: {err:?}");
+    }
+    srv.stop().await;
+}
