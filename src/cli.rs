@@ -622,7 +622,11 @@ async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyEr
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, "Docker is unreachable: file tools work, commands fail with SANDBOX_UNAVAILABLE")
+            tracing::warn!(error = %e, "Docker is unreachable: file tools work, commands fail with SANDBOX_UNAVAILABLE");
+            // Workspaces an earlier instance left are removed all the same
+            // (a leaked container still using one keeps its detached mount
+            // until the engine is back and the container goes).
+            registry.sweep_volumes().await;
         }
     }
     match &listener {

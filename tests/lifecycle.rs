@@ -244,3 +244,79 @@ async fn sigkilled_service_leaves_nothing_once_restarted() {
     second.sigterm_and_wait().await;
     assert!(containers_labelled(&label).is_empty());
 }
+
+/// A killed service's workspaces are removed at the next start even while
+/// the engine is down: no mount or volume outlives its instance.
+#[tokio::test]
+async fn stale_workspaces_are_removed_even_without_docker() {
+    /// Unmounts what the test leaves, also when it fails half-way.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            common::unmount_under(&self.0);
+        }
+    }
+    let base = tempfile::tempdir().unwrap();
+    let state = base.path().join("state");
+    let _unmount = Unmount(state.clone());
+    let start = |port: u16| {
+        Command::new(BIN)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--pool-size", "0", "--no-token"])
+            .args(["--docker-host", common::NO_DOCKER])
+            .arg("--state-dir")
+            .arg(&state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut first = start(port);
+    let addr = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut client = loop {
+        if let Ok(c) = SandboxClient::connect(addr.clone()).await {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the service did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let s = client
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    std::fs::write(std::path::Path::new(&s.workspace_path).join("f"), "x").unwrap();
+    assert_eq!(common::mounts_under(&state).len(), 1);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(
+        common::mounts_under(&state).len(),
+        1,
+        "SIGKILL left it mounted"
+    );
+    let mut second = start(port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Serving (a call answered) comes after the startup sweep.
+    loop {
+        if let Ok(mut c) = SandboxClient::connect(addr.clone()).await
+            && c.list_sessions(pb::ListSessionsRequest {}).await.is_ok()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the service did not come up again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(common::mounts_under(&state).is_empty());
+    assert!(!std::path::Path::new(&s.workspace_path).exists());
+    assert_eq!(std::fs::read_dir(state.join("volumes")).unwrap().count(), 0);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
