@@ -170,8 +170,9 @@ enum Command {
         /// A file you planned to change (repeatable).
         #[arg(long = "planned")]
         planned: Vec<String>,
-        /// A command whose run after the last write verifies the change
-        /// (matched as a substring, e.g. "pytest").
+        /// A command whose run after the last write verifies the change,
+        /// e.g. "pytest -q" (matched whole, whitespace collapsed: "pytest
+        /// --co" does not count as "pytest").
         #[arg(long)]
         verify: Option<String>,
         /// Also print every journal entry.

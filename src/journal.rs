@@ -134,7 +134,8 @@ pub struct PlanCheck {
 /// Whether a named verification command ran after the last write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verification {
-    /// The command looked for (matched as a substring of commands run).
+    /// The command looked for (matched whole against the commands run,
+    /// whitespace collapsed).
     pub command: String,
     /// A matching command ran at all.
     pub ran: bool,
@@ -428,16 +429,18 @@ impl Journal {
             }
         });
         let verification = verify.map(|wanted| {
-            let wanted = wanted.trim();
+            // The very command, not one that merely mentions it (`pytest
+            // --co`, `echo pytest`): compared whole, whitespace collapsed.
+            let wanted = collapse(wanted);
             let matching = || {
                 st.commands
                     .iter()
-                    .filter(|c| !c.cancelled && c.command.contains(wanted))
+                    .filter(|c| !c.cancelled && collapse(&c.command) == wanted)
             };
             let after = st.last_write.unwrap_or(0);
             let last_after = matching().rfind(|c| c.seq > after);
             Verification {
-                command: wanted.to_string(),
+                command: wanted.clone(),
                 ran: matching().next().is_some(),
                 ran_after_last_write: last_after.is_some(),
                 exit_code: last_after.map(|c| c.exit_code),
@@ -455,6 +458,11 @@ impl Journal {
             verification,
         }
     }
+}
+
+/// A command line with its whitespace trimmed and runs of it made one space.
+fn collapse(command: &str) -> String {
+    command.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -503,7 +511,7 @@ mod tests {
         write(&faithful, "src/calc.py");
         write(&faithful, "README.md");
         run(&faithful, "python3 -m pytest -q", 0);
-        let r = faithful.report(Some(&plan), Some("pytest"));
+        let r = faithful.report(Some(&plan), Some("python3 -m pytest -q"));
         let plan_check = r.plan.unwrap();
         assert_eq!(plan_check.unplanned, Vec::<String>::new());
         assert_eq!(plan_check.untouched, Vec::<String>::new());
@@ -515,7 +523,7 @@ mod tests {
         run(&drifting, "python3 -m pytest -q", 1);
         write(&drifting, "src/calc.py");
         write(&drifting, "tests/test_calc.py");
-        let r = drifting.report(Some(&plan), Some("pytest"));
+        let r = drifting.report(Some(&plan), Some("python3 -m pytest -q"));
         let plan_check = r.plan.unwrap();
         assert_eq!(plan_check.planned_touched, vec!["src/calc.py".to_string()]);
         assert_eq!(plan_check.unplanned, vec!["tests/test_calc.py".to_string()]);
@@ -535,6 +543,34 @@ mod tests {
         // Entries stay in sequence order although the command landed last.
         let seqs: Vec<u64> = j.report(None, None).entries.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![1, 2]);
+    }
+
+    #[test]
+    fn only_the_very_verification_command_counts() {
+        let j = Journal::new("v", None).unwrap();
+        write(&j, "a.py");
+        // Lookalikes after the write: they mention it, they are not it.
+        run(&j, "pytest --co", 0);
+        run(&j, "echo pytest", 0);
+        run(&j, "pytest2", 0);
+        let v = j.report(None, Some("pytest")).verification.unwrap();
+        assert!(!v.ran && !v.ran_after_last_write && !v.passed, "{v:?}");
+        // The command itself, however it is spaced.
+        run(&j, "  pytest ", 0);
+        let v = j.report(None, Some("pytest")).verification.unwrap();
+        assert!(v.ran_after_last_write && v.passed, "{v:?}");
+        let v = j
+            .report(None, Some("python3  -m   unittest"))
+            .verification
+            .unwrap();
+        assert!(!v.ran);
+        run(&j, "python3 -m unittest", 1);
+        let v = j
+            .report(None, Some(" python3  -m   unittest "))
+            .verification
+            .unwrap();
+        assert!(v.ran_after_last_write && !v.passed, "{v:?}");
+        assert_eq!(v.command, "python3 -m unittest");
     }
 
     #[test]
