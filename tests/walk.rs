@@ -444,3 +444,51 @@ async fn walks_stop_at_their_time_limit() {
     assert_eq!(searched.files_searched, 0);
     srv.stop().await;
 }
+
+/// Patterns match per line: `^`, `$` and `\b` anchor to each line, not to
+/// the whole file, in LF and CRLF files alike, case-insensitively too.
+#[tokio::test]
+async fn anchors_match_at_every_line() {
+    let srv = TestServer::start().await;
+    let (sid, ws) = srv.session().await;
+    std::fs::write(
+        ws.join("more.py"),
+        "\"\"\"Doc.\"\"\"\n\nimport math\n\n\ndef windowed(seq, n):\n    return seq  # end\n\nx = 1 # the end\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("crlf.py"), "a = 1\r\nimport os\r\nb = 2 # end\r\n").unwrap();
+    let search = |pattern: &str, case_insensitive: bool| {
+        let mut c = srv.client.clone();
+        let req = pb::SearchFilesRequest {
+            session_id: sid.clone(),
+            pattern: pattern.into(),
+            case_insensitive,
+            ..Default::default()
+        };
+        async move {
+            let out = c.search_files(req).await.unwrap().into_inner();
+            let mut hits: Vec<(String, u64)> =
+                out.matches.into_iter().map(|m| (m.path, m.line)).collect();
+            hits.sort();
+            hits
+        }
+    };
+    let at = |f: &str, l: u64| (f.to_string(), l);
+    assert_eq!(
+        search(r"^def windowed\(", false).await,
+        vec![at("more.py", 6)]
+    );
+    assert_eq!(
+        search("^import ", false).await,
+        vec![at("crlf.py", 2), at("more.py", 3)]
+    );
+    assert_eq!(
+        search("end$", false).await,
+        vec![at("crlf.py", 3), at("more.py", 7), at("more.py", 9)]
+    );
+    assert_eq!(search(r"\bmath\b", false).await, vec![at("more.py", 3)]);
+    assert_eq!(search("^IMPORT MATH$", true).await, vec![at("more.py", 3)]);
+    // Absolute anchors mean the line's too (the file is not skipped).
+    assert_eq!(search(r"\Adef", false).await, vec![at("more.py", 6)]);
+    srv.stop().await;
+}

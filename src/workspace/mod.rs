@@ -1008,14 +1008,24 @@ impl Inner {
     }
 
     fn search(&self, q: &SearchQuery, stop: &AtomicBool) -> Result<SearchOutput, Error> {
+        // One pattern for both the whole-file prefilter and the per-line
+        // match: multi-line, so `^` and `$` mean a line's start and end in
+        // either (and `$` ignores a CRLF's `\r`). Whatever matches a line
+        // then matches the file too, so the prefilter never skips a file
+        // with a matching line. A pattern that anchors to the whole text
+        // (`\A`, `\z`) or changes flags inline could disagree: the
+        // prefilter is not used for it.
         let re = RegexBuilder::new(&q.pattern)
             .case_insensitive(q.case_insensitive)
+            .multi_line(true)
+            .crlf(true)
             .size_limit(16 * 1024 * 1024)
             .build()
             .map_err(|e| Error::InvalidPattern {
                 pattern: q.pattern.clone(),
                 why: e.to_string(),
             })?;
+        let prefilter = !["\\A", "\\z", "(?"].iter().any(|s| q.pattern.contains(s));
         let glob = if q.glob.is_empty() {
             None
         } else {
@@ -1065,7 +1075,7 @@ impl Inner {
                 return Ok(Flow::Continue);
             };
             out.files_searched += 1;
-            if !re.is_match(text) {
+            if prefilter && !re.is_match(text) {
                 return Ok(Flow::Continue);
             }
             for (i, line) in text.lines().enumerate() {
