@@ -202,8 +202,20 @@ impl Root {
     /// relative to the root. Used as the key that serialises writes, so two
     /// spellings of one file share a queue.
     pub fn real(&self, rel: &RelPath) -> io::Result<RelPath> {
-        let fd = self.open(rel, OFlags::PATH, Mode::empty())?;
-        self.real_of(&fd)
+        // An atomic write to the same file (temp file renamed over it) may
+        // unlink the inode we opened before its path is read: the kernel
+        // then reports "<path> (deleted)". The link count, read after the
+        // path, tells; the name is simply resolved again.
+        let mut tries = 0;
+        loop {
+            let fd = self.open(rel, OFlags::PATH, Mode::empty())?;
+            let real = self.real_of(&fd);
+            let replaced = rustix::fs::fstat(&fd).is_ok_and(|st| st.st_nlink == 0);
+            if !replaced || tries == 16 {
+                return real;
+            }
+            tries += 1;
+        }
     }
 
     /// Where a path that may not exist yet would land: the real path of its
