@@ -14,7 +14,7 @@ use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::guard::SlipGuard;
 use sandboxd::sandbox::{Limits, Runtime};
-use sandboxd::session::{Config, Registry, SandboxConfig};
+use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
@@ -37,7 +37,7 @@ pub struct Cli {
         long,
         global = true,
         env = "SANDBOXD_ADDR",
-        default_value = "http://127.0.0.1:50051"
+        default_value = defaults::ADDR
     )]
     addr: String,
     /// CA certificate (PEM) that signed the service's TLS certificate, for
@@ -299,7 +299,7 @@ struct ServeArgs {
     /// Address to listen on: HOST:PORT, or unix:/PATH for a Unix socket
     /// (mode 0600: only this user may connect). A non-loopback TCP address
     /// requires a token.
-    #[arg(long, env = "SANDBOXD_LISTEN", default_value = "127.0.0.1:50051", value_parser = parse_listen)]
+    #[arg(long, env = "SANDBOXD_LISTEN", default_value = defaults::LISTEN, value_parser = parse_listen)]
     listen: ListenAddr,
     /// File holding the bearer token every call must carry (or set
     /// SANDBOXD_TOKEN).
@@ -338,20 +338,20 @@ struct ServeArgs {
     )]
     allow_roots: Vec<PathBuf>,
     /// Idle timeout of a session when the request gives none, in seconds.
-    #[arg(long, env = "SANDBOXD_DEFAULT_TTL", default_value_t = 3600)]
+    #[arg(long, env = "SANDBOXD_DEFAULT_TTL", default_value_t = defaults::TTL_SECS)]
     default_ttl: u64,
     /// Ceiling on a requested idle timeout, in seconds.
-    #[arg(long, env = "SANDBOXD_MAX_TTL", default_value_t = 86400)]
+    #[arg(long, env = "SANDBOXD_MAX_TTL", default_value_t = defaults::MAX_TTL_SECS)]
     max_ttl: u64,
     /// Ceiling on open sessions.
-    #[arg(long, env = "SANDBOXD_MAX_SESSIONS", default_value_t = 256)]
+    #[arg(long, env = "SANDBOXD_MAX_SESSIONS", default_value_t = defaults::MAX_SESSIONS)]
     max_sessions: usize,
     /// Largest file the file tools read, edit or create, in bytes.
-    #[arg(long, env = "SANDBOXD_MAX_FILE_BYTES", default_value_t = 10 * 1024 * 1024)]
+    #[arg(long, env = "SANDBOXD_MAX_FILE_BYTES", default_value_t = defaults::MAX_FILE_BYTES)]
     max_file_bytes: u64,
     /// Name of this service: at startup, containers left by an earlier
     /// instance with the same name are removed.
-    #[arg(long, env = "SANDBOXD_SERVICE_NAME", default_value = "sandboxd")]
+    #[arg(long, env = "SANDBOXD_SERVICE_NAME", default_value = defaults::SERVICE_NAME)]
     service_name: String,
     /// Docker daemon address (default: DOCKER_HOST or the local socket).
     #[arg(long, env = "SANDBOXD_DOCKER_HOST")]
@@ -372,51 +372,51 @@ struct ServeArgs {
     #[arg(long, env = "SANDBOXD_CONTAINER_RUNTIME")]
     container_runtime: Option<String>,
     /// Command timeout when the request gives none, in milliseconds.
-    #[arg(long, env = "SANDBOXD_DEFAULT_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(long, env = "SANDBOXD_DEFAULT_TIMEOUT_MS", default_value_t = defaults::TIMEOUT_MS)]
     default_timeout_ms: u64,
     /// Ceiling on a requested command timeout, in milliseconds.
-    #[arg(long, env = "SANDBOXD_MAX_TIMEOUT_MS", default_value_t = 3_600_000)]
+    #[arg(long, env = "SANDBOXD_MAX_TIMEOUT_MS", default_value_t = defaults::MAX_TIMEOUT_MS)]
     max_timeout_ms: u64,
     /// Characters kept per output stream when the request gives none.
-    #[arg(long, env = "SANDBOXD_DEFAULT_OUTPUT_CAP", default_value_t = 4000)]
+    #[arg(long, env = "SANDBOXD_DEFAULT_OUTPUT_CAP", default_value_t = defaults::OUTPUT_CAP)]
     default_output_cap: u64,
     /// Ceiling on a requested output cap.
-    #[arg(long, env = "SANDBOXD_MAX_OUTPUT_CAP", default_value_t = 1_000_000)]
+    #[arg(long, env = "SANDBOXD_MAX_OUTPUT_CAP", default_value_t = defaults::MAX_OUTPUT_CAP)]
     max_output_cap: u64,
     /// Container memory limit when the session asks for none, in bytes.
-    #[arg(long, env = "SANDBOXD_MEMORY_BYTES", default_value_t = 1 << 30)]
+    #[arg(long, env = "SANDBOXD_MEMORY_BYTES", default_value_t = defaults::MEMORY_BYTES)]
     memory_bytes: u64,
     /// Ceiling on a session's memory limit, in bytes.
-    #[arg(long, env = "SANDBOXD_MAX_MEMORY_BYTES", default_value_t = 8 << 30)]
+    #[arg(long, env = "SANDBOXD_MAX_MEMORY_BYTES", default_value_t = defaults::MAX_MEMORY_BYTES)]
     max_memory_bytes: u64,
     /// Container CPU quota when the session asks for none (1e9 = one CPU).
-    #[arg(long, env = "SANDBOXD_NANO_CPUS", default_value_t = 1_000_000_000)]
+    #[arg(long, env = "SANDBOXD_NANO_CPUS", default_value_t = defaults::NANO_CPUS)]
     nano_cpus: u64,
     /// Ceiling on a session's CPU quota.
-    #[arg(long, env = "SANDBOXD_MAX_NANO_CPUS", default_value_t = 2_000_000_000)]
+    #[arg(long, env = "SANDBOXD_MAX_NANO_CPUS", default_value_t = defaults::MAX_NANO_CPUS)]
     max_nano_cpus: u64,
     /// Container process limit when the session asks for none.
-    #[arg(long, env = "SANDBOXD_PIDS", default_value_t = 256)]
+    #[arg(long, env = "SANDBOXD_PIDS", default_value_t = defaults::PIDS)]
     pids: u64,
     /// Ceiling on a session's process limit.
-    #[arg(long, env = "SANDBOXD_MAX_PIDS", default_value_t = 4096)]
+    #[arg(long, env = "SANDBOXD_MAX_PIDS", default_value_t = defaults::MAX_PIDS)]
     max_pids: u64,
     /// Disk quota of a fresh workspace when the session asks for none, in
     /// bytes (each fresh workspace is its own filesystem of this size).
-    #[arg(long, env = "SANDBOXD_DISK_BYTES", default_value_t = 8 << 30)]
+    #[arg(long, env = "SANDBOXD_DISK_BYTES", default_value_t = defaults::DISK_BYTES)]
     disk_bytes: u64,
     /// Ceiling on a session's disk quota, in bytes.
-    #[arg(long, env = "SANDBOXD_MAX_DISK_BYTES", default_value_t = 64 << 30)]
+    #[arg(long, env = "SANDBOXD_MAX_DISK_BYTES", default_value_t = defaults::MAX_DISK_BYTES)]
     max_disk_bytes: u64,
     /// Files and directories a fresh workspace may hold when the session
     /// asks for no other number.
-    #[arg(long, env = "SANDBOXD_INODES", default_value_t = 1 << 20)]
+    #[arg(long, env = "SANDBOXD_INODES", default_value_t = defaults::INODES)]
     inodes: u64,
     /// Ceiling on a session's inode quota.
-    #[arg(long, env = "SANDBOXD_MAX_INODES", default_value_t = 16 << 20)]
+    #[arg(long, env = "SANDBOXD_MAX_INODES", default_value_t = defaults::MAX_INODES)]
     max_inodes: u64,
     /// Size of each container's /tmp tmpfs, in bytes.
-    #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = 256 << 20)]
+    #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = defaults::TMP_BYTES)]
     tmp_bytes: u64,
     /// How commands run: `supervisor` (one long-lived supervisor per
     /// container, this binary mounted read-only; falls back to `exec` when
@@ -425,7 +425,7 @@ struct ServeArgs {
     exec_mode: String,
     /// Warm containers kept ready so a session with a fresh workspace (and
     /// the default image and limits) starts without waiting for Docker.
-    #[arg(long, env = "SANDBOXD_POOL_SIZE", default_value_t = 4)]
+    #[arg(long, env = "SANDBOXD_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
     pool_size: usize,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 
+pub mod defaults;
+
 use crate::error::describe;
 use crate::journal::{Journal, Report};
 use crate::policy::{CommandDenied, Denial, InvalidRules, Policy, Rules};
@@ -201,27 +203,27 @@ impl SandboxConfig {
             allowed_images: Vec::new(),
             default_user: (1000, 1000),
             default_limits: sandbox::Limits {
-                memory_bytes: 1 << 30,
-                nano_cpus: 1_000_000_000,
-                pids: 256,
-                disk_bytes: 8 << 30,
-                inodes: 1 << 20,
+                memory_bytes: defaults::MEMORY_BYTES,
+                nano_cpus: defaults::NANO_CPUS,
+                pids: defaults::PIDS,
+                disk_bytes: defaults::DISK_BYTES,
+                inodes: defaults::INODES,
             },
             max_limits: sandbox::Limits {
-                memory_bytes: 8 << 30,
-                nano_cpus: 2_000_000_000,
-                pids: 4096,
-                disk_bytes: 64 << 30,
-                inodes: 16 << 20,
+                memory_bytes: defaults::MAX_MEMORY_BYTES,
+                nano_cpus: defaults::MAX_NANO_CPUS,
+                pids: defaults::MAX_PIDS,
+                disk_bytes: defaults::MAX_DISK_BYTES,
+                inodes: defaults::MAX_INODES,
             },
-            tmp_bytes: 256 << 20,
+            tmp_bytes: defaults::TMP_BYTES,
             runtime: None,
             service: service.to_string(),
             instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
-            default_timeout: Duration::from_secs(30),
-            max_timeout: Duration::from_secs(3600),
-            default_cap: 4000,
-            max_cap: 1_000_000,
+            default_timeout: Duration::from_millis(defaults::TIMEOUT_MS),
+            max_timeout: Duration::from_millis(defaults::MAX_TIMEOUT_MS),
+            default_cap: defaults::OUTPUT_CAP,
+            max_cap: defaults::MAX_OUTPUT_CAP,
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
@@ -246,13 +248,16 @@ impl Config {
         Config {
             state_dir,
             allowed_roots: Vec::new(),
-            default_ttl: Duration::from_secs(3600),
-            max_ttl: Duration::from_secs(24 * 3600),
-            max_sessions: 256,
+            default_ttl: Duration::from_secs(defaults::TTL_SECS),
+            max_ttl: Duration::from_secs(defaults::MAX_TTL_SECS),
+            max_sessions: defaults::MAX_SESSIONS,
             deny_writes: Vec::new(),
             journal_dir: None,
-            limits: Limits::default(),
-            sandbox: SandboxConfig::new("sandboxd"),
+            limits: Limits {
+                max_file_bytes: defaults::MAX_FILE_BYTES,
+                ..Limits::default()
+            },
+            sandbox: SandboxConfig::new(defaults::SERVICE_NAME),
         }
     }
 }

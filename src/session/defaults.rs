@@ -1,0 +1,59 @@
+//! The operator's defaults and ceilings, written once: [`super::Config::new`]
+//! and [`super::SandboxConfig::new`] start from them, and `serve`'s flags
+//! show them as their defaults.
+
+/// Idle timeout of a session that asks for none, in seconds.
+pub const TTL_SECS: u64 = 3600;
+/// Ceiling on a requested idle timeout, in seconds.
+pub const MAX_TTL_SECS: u64 = 24 * 3600;
+/// Ceiling on open sessions.
+pub const MAX_SESSIONS: usize = 256;
+/// Largest file the file tools read, edit or create, in bytes.
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Name of the service (labels its containers, names its state directory).
+pub const SERVICE_NAME: &str = "sandboxd";
+/// Command timeout when the request gives none, in milliseconds.
+pub const TIMEOUT_MS: u64 = 30_000;
+/// Ceiling on a requested command timeout, in milliseconds.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// Characters kept per output stream when the request gives none.
+pub const OUTPUT_CAP: u64 = 4000;
+/// Ceiling on a requested output cap.
+pub const MAX_OUTPUT_CAP: u64 = 1_000_000;
+/// Container memory limit when the session asks for none, in bytes.
+pub const MEMORY_BYTES: u64 = 1 << 30;
+/// Ceiling on a session's memory limit, in bytes.
+pub const MAX_MEMORY_BYTES: u64 = 8 << 30;
+/// Container CPU quota when the session asks for none (1e9 = one CPU).
+pub const NANO_CPUS: u64 = 1_000_000_000;
+/// Ceiling on a session's CPU quota.
+pub const MAX_NANO_CPUS: u64 = 2_000_000_000;
+/// Container process limit when the session asks for none.
+pub const PIDS: u64 = 256;
+/// Ceiling on a session's process limit.
+pub const MAX_PIDS: u64 = 4096;
+/// Disk quota of a fresh workspace when the session asks for none, in bytes.
+pub const DISK_BYTES: u64 = 8 << 30;
+/// Ceiling on a session's disk quota, in bytes.
+pub const MAX_DISK_BYTES: u64 = 64 << 30;
+/// Files and directories a fresh workspace may hold by default.
+pub const INODES: u64 = 1 << 20;
+/// Ceiling on a session's inode quota.
+pub const MAX_INODES: u64 = 16 << 20;
+/// Size of each container's /tmp tmpfs, in bytes.
+pub const TMP_BYTES: u64 = 256 << 20;
+/// Warm containers `serve` keeps ready. A [`super::Config`] built in
+/// process keeps none unless asked.
+pub const POOL_SIZE: usize = 4;
+/// Address `serve` listens on, and clients call.
+pub const LISTEN: &str = "127.0.0.1:50051";
+/// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.
+pub const ADDR: &str = "http://127.0.0.1:50051";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clients_call_where_the_service_listens() {
+        assert_eq!(super::ADDR, format!("http://{}", super::LISTEN));
+    }
+}
