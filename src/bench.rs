@@ -89,7 +89,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )?;
     let allowed = projects.path().to_path_buf();
-    let local = crate::local::Local::start("bench", pool_size, |c| {
+    let local = sandboxd::local::Local::start("bench", pool_size, |c| {
         c.limits.max_file_bytes = 16 << 20;
         c.allowed_roots = vec![allowed];
     })

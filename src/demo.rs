@@ -15,7 +15,7 @@ const TEST_COMMAND: &str = "python3 -m unittest -v 2>&1";
 
 /// Runs the demo; exits 0 when the loop went red then green.
 pub async fn run() -> Result<ExitCode, AnyError> {
-    let local = crate::local::Local::start("demo", 0, |_| {}).await?;
+    let local = sandboxd::local::Local::start("demo", 0, |_| {}).await?;
     let outcome = demo(local.client.clone()).await;
     local.stop().await?;
     let (red, green) = outcome?;

@@ -16,6 +16,7 @@
 pub mod convert;
 pub mod error;
 pub mod journal;
+pub mod local;
 pub mod pb;
 pub mod policy;
 pub mod sandbox;

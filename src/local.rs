@@ -1,84 +1,242 @@
-//! A private sandboxd on 127.0.0.1 (an ephemeral port), started in-process
-//! for `demo` and `bench`, driven over real gRPC like any client would.
+//! An embedded private sandboxd: the whole service inside the calling
+//! process, listening on 127.0.0.1 (an ephemeral port), keeping its state in
+//! a temporary directory, and driven over real gRPC like any client would.
+//!
+//! `sandboxd demo` and `sandboxd bench` start one, and so do the integration
+//! tests and any front end that wants the service without a daemon to run.
+//! One place builds it, so all of them exercise the same service, set up the
+//! same way: the same state directory layout, the same server, the same
+//! client limits. Stopping it closes every session and removes their
+//! containers and workspaces.
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandboxd::pb::sandbox_client::SandboxClient;
-use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::session::{Config, Registry, SandboxConfig};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+use crate::pb::sandbox_client::SandboxClient;
+use crate::sandbox::docker::DockerRuntime;
+use crate::server::{Access, ServeError};
+use crate::session::{Config, Registry, SandboxConfig, StartError};
+
+/// A client of the service.
+pub type Client = SandboxClient<Channel>;
+
+/// Why a private service cannot start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The temporary directory, this executable or the listening socket
+    /// cannot be had.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The default sandbox image cannot be built.
+    #[error(transparent)]
+    BuildImage(crate::sandbox::Error),
+    /// The registry refuses its configuration or state directory.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// The client cannot reach the service.
+    #[error(transparent)]
+    Connect(#[from] tonic::transport::Error),
+    /// The server failed.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// The server's task panicked or was cancelled.
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+}
 
 /// A running private service.
 pub struct Local {
     /// A client connected to it.
-    pub client: SandboxClient<Channel>,
+    pub client: Client,
+    /// Where it listens.
+    pub addr: SocketAddr,
     /// Its registry (to observe the warm pool).
     pub registry: Arc<Registry>,
     /// Its Docker runtime (for baselines measured against the same daemon).
     pub docker: Arc<DockerRuntime>,
+    /// Its service name: every container it starts is labelled
+    /// `sandboxd.service=<service>`.
+    pub service: String,
     stop: oneshot::Sender<()>,
-    server: JoinHandle<Result<(), sandboxd::server::ServeError>>,
-    _state: TempDir,
+    server: JoinHandle<Result<(), ServeError>>,
+    dir: TempDir,
+}
+
+/// How a [`Local`] is set up; [`Local::builder`] makes one.
+pub struct Builder {
+    dir: TempDir,
+    config: Config,
+    docker: Option<Arc<DockerRuntime>>,
+    build_image: bool,
+    access: Access,
+    reap_interval: Duration,
 }
 
 impl Local {
-    /// Starts a service named `name` with the supervisor and a warm pool of
-    /// `pool_size`, building the default image first if needed.
+    /// Starts a service named `name` with this executable as the supervisor
+    /// (it is the static `sandboxd` binary) and a warm pool of `pool_size`,
+    /// building the default image first if needed.
     pub async fn start(
         name: &str,
         pool_size: usize,
         tweak: impl FnOnce(&mut Config),
-    ) -> Result<Local, AnyError> {
-        let state = tempfile::tempdir()?;
-        let mut config = Config::new(state.path().join("state"));
-        config.sandbox = SandboxConfig::new(&format!("sandboxd-{name}-{}", std::process::id()));
-        config.sandbox.supervisor = Some(std::env::current_exe()?);
-        config.sandbox.socket_link = true;
-        config.sandbox.pool_size = pool_size;
-        tweak(&mut config);
-        let docker = Arc::new(DockerRuntime::new(None));
+    ) -> Result<Local, Error> {
+        let builder = Local::builder(&format!("sandboxd-{name}-{}", std::process::id()))?
+            .supervisor(std::env::current_exe()?)
+            .configure(|config| {
+                config.sandbox.pool_size = pool_size;
+                tweak(config);
+            });
         eprintln!("preparing the sandbox image (built once, about a minute the first time)...");
-        docker.build_default_image().await?;
-        let registry = Arc::new(Registry::new(config, docker.clone())?);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(sandboxd::server::serve(
-            listener,
-            Arc::clone(&registry),
-            Duration::from_secs(5),
-            sandboxd::server::Access::default(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
-        let channel = Channel::from_shared(format!("http://{addr}"))?
-            .connect()
-            .await?;
-        let client = SandboxClient::new(channel)
-            .max_decoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES);
-        Ok(Local {
-            client,
-            registry,
-            docker,
-            stop,
-            server,
-            _state: state,
+        builder.start().await
+    }
+
+    /// A service whose containers carry `sandboxd.service=<service>`, with
+    /// its state in a fresh private temporary directory (made now, so that
+    /// [`Builder::configure`] sees the final configuration). It starts from
+    /// the operator defaults: the local Docker daemon, commands as one
+    /// Docker exec each, no warm pool, no token.
+    pub fn builder(service: &str) -> Result<Builder, Error> {
+        let dir = tempfile::tempdir()?;
+        let mut config = Config::new(dir.path().join("state"));
+        config.sandbox = SandboxConfig::new(service);
+        Ok(Builder {
+            dir,
+            config,
+            docker: None,
+            build_image: true,
+            access: Access::default(),
+            reap_interval: Duration::from_secs(5),
         })
+    }
+
+    /// The temporary directory the service lives in: its state directory
+    /// is `state` inside, and every workspace volume it mounts is below.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The service's private state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
     }
 
     /// Stops the service; it closes every session and removes its
     /// containers and workspaces.
-    pub async fn stop(self) -> Result<(), AnyError> {
+    pub async fn stop(self) -> Result<(), Error> {
         let _ = self.stop.send(());
         self.server.await??;
         Ok(())
+    }
+}
+
+impl Builder {
+    /// Changes the configuration: anything the knobs below do not cover.
+    /// Applied at once, in order with the knobs.
+    pub fn configure(mut self, tweak: impl FnOnce(&mut Config)) -> Self {
+        tweak(&mut self.config);
+        self
+    }
+
+    /// Runs commands through the in-container supervisor: `binary` is the
+    /// static `sandboxd` mounted into each container. It connects back over
+    /// a Unix socket in the state directory (see [`Builder::socket_link`]).
+    pub fn supervisor(self, binary: impl Into<PathBuf>) -> Self {
+        let binary = binary.into();
+        self.configure(|config| {
+            config.sandbox.supervisor = Some(binary);
+            config.sandbox.socket_link = true;
+        })
+    }
+
+    /// Whether the supervisor connects back over a Unix socket (`true`, the
+    /// default with a supervisor) or speaks over its exec's stdio (`false`:
+    /// the path for a Docker host that cannot share a directory with the
+    /// service).
+    pub fn socket_link(self, socket: bool) -> Self {
+        self.configure(|config| config.sandbox.socket_link = socket)
+    }
+
+    /// The Docker engine to use (default: the local daemon, found as the
+    /// Docker CLI would).
+    pub fn docker(mut self, docker: Arc<DockerRuntime>) -> Self {
+        self.docker = Some(docker);
+        self
+    }
+
+    /// Whether to build the default image before serving when it is missing
+    /// (default: yes). Without it a service starts even when the engine is
+    /// down; its sessions then have no container, and the file tools work.
+    pub fn build_image(mut self, build: bool) -> Self {
+        self.build_image = build;
+        self
+    }
+
+    /// Who may call (default: anyone who can reach the port).
+    pub fn access(mut self, access: Access) -> Self {
+        self.access = access;
+        self
+    }
+
+    /// How often idle sessions are looked for and closed (default: 5 s).
+    pub fn reap_interval(mut self, every: Duration) -> Self {
+        self.reap_interval = every;
+        self
+    }
+
+    /// Starts the service and connects a client to it.
+    pub async fn start(self) -> Result<Local, Error> {
+        let Builder {
+            dir,
+            config,
+            docker,
+            build_image,
+            access,
+            reap_interval,
+        } = self;
+        let docker = docker.unwrap_or_else(|| Arc::new(DockerRuntime::new(None)));
+        if build_image {
+            docker
+                .build_default_image()
+                .await
+                .map_err(Error::BuildImage)?;
+        }
+        let service = config.sandbox.service.clone();
+        let registry = Arc::new(Registry::new(config, docker.clone())?);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(crate::server::serve(
+            listener,
+            Arc::clone(&registry),
+            reap_interval,
+            access,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        let channel = Endpoint::try_from(format!("http://{addr}"))?
+            .connect()
+            .await?;
+        let client = SandboxClient::new(channel)
+            .max_decoding_message_size(crate::server::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::server::MAX_MESSAGE_BYTES);
+        Ok(Local {
+            client,
+            addr,
+            registry,
+            docker,
+            service,
+            stop,
+            server,
+            dir,
+        })
     }
 }

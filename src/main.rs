@@ -4,7 +4,6 @@
 mod bench;
 mod cli;
 mod demo;
-mod local;
 mod terminal;
 
 use std::process::ExitCode;
