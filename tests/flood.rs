@@ -1,7 +1,10 @@
 //! A command printing 1 GiB completes with flat service memory. Alone in its
 //! own test binary so no other test shares the process whose memory is read.
 
-mod common;
+// Public: this binary uses only part of the shared support (the `it`
+// binary checks that all of it is used).
+#[path = "it/common/mod.rs"]
+pub mod common;
 
 use common::{TestServer, run};
 

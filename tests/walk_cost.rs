@@ -10,9 +10,13 @@
 //! RULES rules split over FILES nested `.gitignore` files; LINE=light
 //! writes `*.generated-N-artifact.tmp` lines (30,000 make ~1 MB), heavy
 //! writes `**/buildN/*.tmp`. The numbers are the whole test process's, the
-//! server being in-process; the peak is a high-water mark.
+//! server being in-process; the peak is a high-water mark. So it has a
+//! binary of its own: no other test may run in the process it measures.
 
-mod common;
+// Public: this binary uses only part of the shared support (the `it`
+// binary checks that all of it is used).
+#[path = "it/common/mod.rs"]
+pub mod common;
 
 use common::TestServer;
 use sandboxd::pb;

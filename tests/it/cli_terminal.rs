@@ -8,12 +8,10 @@
 //! the file verbs run against the file-tools test server, and `run` against
 //! a server that replays a scripted RunCommand stream.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 
-use common::TestServer;
+use crate::common::TestServer;
 use sandboxd::pb::{self, run_command_event::Event};
 use tonic::codegen::{BoxFuture, BoxStream, Context, Poll, Service, http};
 

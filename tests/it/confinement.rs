@@ -3,12 +3,10 @@
 //! with relative or absolute targets) are refused, and nothing outside is
 //! read or written.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::{TestServer, edit, edit_req, read_req, reason, snapshot};
+use crate::common::{TestServer, edit, edit_req, read_req, reason, snapshot};
 use sandboxd::pb;
 
 /// A workspace with planted escape routes, next to a secret outside it.

@@ -2,12 +2,11 @@
 //! `sandboxd demo` command, and a service killed with SIGKILL leaving
 //! nothing behind once it is back up.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestServer, containers_labelled, edit, edit_req, read_req, run};
+use crate::common;
+use crate::common::{TestServer, containers_labelled, edit, edit_req, read_req, run};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");

@@ -1,9 +1,8 @@
 //! The supervisor needs nothing from the image but `/bin/sh`: commands run
 //! in an image holding only a static busybox (no libc, no coreutils).
 
-mod common;
-
-use common::{TestServer, run};
+use crate::common;
+use crate::common::{TestServer, run};
 use sandboxd::pb;
 
 const IMAGE: &str = "sandboxd-test-nolibc:1";

@@ -3,7 +3,7 @@
 //! asserts nothing and is ignored by default.
 //!
 //! ```text
-//! cargo test --release --test edit_cost -- --ignored --nocapture
+//! cargo test --release --test it edit_cost -- --ignored --nocapture
 //! ```
 
 use std::time::Instant;

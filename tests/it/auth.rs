@@ -4,9 +4,8 @@
 //! client trusting the CA and no plain-text one; the Unix socket listener
 //! is private to its user.
 
-mod common;
-
-use common::{TestServer, reason};
+use crate::common;
+use crate::common::{TestServer, reason};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use tonic::transport::Channel;
 

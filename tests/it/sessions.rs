@@ -1,11 +1,10 @@
 //! Session lifecycle, existing-directory workspaces, idle expiry, and the
 //! health and reflection services.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{TestServer, read_req, reason};
+use crate::common;
+use crate::common::{TestServer, read_req, reason};
 use sandboxd::pb;
 
 #[tokio::test]

@@ -5,14 +5,13 @@
 //! background fork bomb, TTL mid-command, the disk filled, and images the
 //! operator never allowed. Real Docker, real gRPC.
 
-mod common;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Mode, TestServer, reason, run, run_req, try_run};
+use crate::common;
+use crate::common::{Mode, TestServer, reason, run, run_req, try_run};
 use sandboxd::pb;
 
 /// A session over the existing directory `dir` (under the allowed root).

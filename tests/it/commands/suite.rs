@@ -1,11 +1,61 @@
-// The command suite, shared by `tests/commands.rs` (through the
-// in-container supervisor) and `tests/commands_exec.rs` (one Docker exec per
-// command, the fallback path). Each includes it after defining `MODE`.
+//! The command suite: RunCommand against the real Docker daemon (the
+//! timeout and kill ladder, capped output, stdin, background children,
+//! isolation, cwd confinement, the slip guard, limits, the warm pool and
+//! containers dying under a session), written once and run in every mode
+//! commands can reach a container: [`stamp!`] makes one `#[tokio::test]`
+//! per suite test in the module that invokes it, running it in that mode.
 
 use std::time::Duration;
 
-use common::{TestServer, reason, run, run_req, try_run};
+use crate::common::{
+    Mode, TestServer, assert_refused, assert_refused_unchanged, containers_labelled, edit,
+    edit_req, read_req, reason, run, run_req, try_run,
+};
 use sandboxd::pb::{self, KilledBy};
+
+/// Stamps the suite into the invoking module: one `#[tokio::test]` per
+/// suite test, each running it in mode `$mode`. The invoking module's
+/// parent holds the suite as `suite`.
+macro_rules! stamp {
+    ($mode:expr) => {
+        super::suite::stamp!(@tests $mode;
+            timeout_kills_whole_process_group,
+            ignored_term_escalates_to_kill,
+            exit_codes_are_results_not_errors,
+            output_is_capped_while_streaming,
+            multibyte_output_is_never_split,
+            stdin_is_closed,
+            background_child_holding_output_does_not_hold_the_call,
+            network_is_off,
+            root_filesystem_is_read_only_and_commands_are_not_root,
+            files_are_shared_both_ways_with_the_file_tools,
+            cwd_is_pinned_inside_the_workspace,
+            slip_guard_refuses_destructive_commands,
+            limits_past_the_ceilings_are_refused,
+            environment_reaches_commands,
+            client_cancel_runs_the_ladder,
+            fork_bomb_is_stopped_by_the_pids_limit_without_harming_others,
+            closing_a_session_removes_its_container,
+            unreachable_docker_fails_commands_but_not_file_tools,
+            container_killed_from_outside_is_replaced_on_the_next_command,
+            commands_take_the_configured_path,
+            sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up,
+            memory_bomb_is_reported_as_out_of_memory,
+            full_tmp_fails_cleanly_and_the_session_keeps_working,
+            container_killed_during_a_command_ends_it_cleanly,
+            another_command_cannot_redirect_the_kill_ladder
+        );
+    };
+    (@tests $mode:expr; $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                super::suite::$name($mode).await
+            }
+        )+
+    };
+}
+pub(crate) use stamp;
 
 /// Processes of the container (other than init, the keep-alive sleep and
 /// the ps itself) whose command line contains `needle`.
@@ -18,9 +68,8 @@ async fn leftovers(srv: &TestServer, sid: &str, needle: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn timeout_kills_whole_process_group() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn timeout_kills_whole_process_group(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, "sleep 1000 & wait", 1000).await;
     assert!(ran.exit.timed_out);
@@ -34,9 +83,8 @@ async fn timeout_kills_whole_process_group() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn ignored_term_escalates_to_kill() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn ignored_term_escalates_to_kill(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, "trap '' TERM; sleep 1000", 1000).await;
     assert!(ran.exit.timed_out);
@@ -60,9 +108,8 @@ async fn ignored_term_escalates_to_kill() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn exit_codes_are_results_not_errors() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn exit_codes_are_results_not_errors(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, "echo out; echo err >&2; exit 3", 0).await;
     assert_eq!(ran.exit.exit_code, 3);
@@ -78,9 +125,8 @@ async fn exit_codes_are_results_not_errors() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn output_is_capped_while_streaming() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn output_is_capped_while_streaming(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, "seq 1 20000", 0).await;
     let expected: String = (1..=20000).map(|i| format!("{i}\n")).collect();
@@ -108,9 +154,8 @@ async fn output_is_capped_while_streaming() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn multibyte_output_is_never_split() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn multibyte_output_is_never_split(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let mut req = run_req(
         &sid,
@@ -126,9 +171,8 @@ async fn multibyte_output_is_never_split() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn stdin_is_closed() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn stdin_is_closed(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, r#"read x; echo "got=$x""#, 20_000).await;
     assert_eq!(ran.stdout(), "got=\n");
@@ -141,9 +185,8 @@ async fn stdin_is_closed() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn background_child_holding_output_does_not_hold_the_call() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn background_child_holding_output_does_not_hold_the_call(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(&srv.client, &sid, "sleep 100 & echo done", 60_000).await;
     assert_eq!(ran.exit.exit_code, 0);
@@ -158,9 +201,8 @@ async fn background_child_holding_output_does_not_hold_the_call() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn network_is_off() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn network_is_off(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let script = "import socket\n\
         for host in ['1.1.1.1', '8.8.8.8', '172.17.0.1']:\n\
@@ -202,9 +244,8 @@ async fn srv_ws(srv: &TestServer, sid: &str) -> std::path::PathBuf {
     s.workspace_path.into()
 }
 
-#[tokio::test]
-async fn root_filesystem_is_read_only_and_commands_are_not_root() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn root_filesystem_is_read_only_and_commands_are_not_root(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let ran = run(
         &srv.client,
@@ -217,7 +258,7 @@ async fn root_filesystem_is_read_only_and_commands_are_not_root() {
     assert!(out.starts_with("1000\n"), "{out}");
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
     // gVisor's /proc does not show the flag (runsc enforces it all the same).
-    if MODE != common::Mode::Gvisor {
+    if mode != Mode::Gvisor {
         assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     }
     // /var/tmp is world-writable: only the read-only root stops the write.
@@ -226,9 +267,8 @@ async fn root_filesystem_is_read_only_and_commands_are_not_root() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn files_are_shared_both_ways_with_the_file_tools() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn files_are_shared_both_ways_with_the_file_tools(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, ws) = srv.session().await;
     let mut c = srv.client.clone();
     // A file a command made can be edited by the file tools...
@@ -239,13 +279,9 @@ async fn files_are_shared_both_ways_with_the_file_tools() {
         10_000,
     )
     .await;
-    c.edit_file(common::edit_req(
-        &sid,
-        "out/made.txt",
-        vec![common::edit("cmd", "command")],
-    ))
-    .await
-    .unwrap();
+    c.edit_file(edit_req(&sid, "out/made.txt", vec![edit("cmd", "command")]))
+        .await
+        .unwrap();
     assert_eq!(
         std::fs::read_to_string(ws.join("out/made.txt")).unwrap(),
         "made by command\n"
@@ -270,9 +306,8 @@ async fn files_are_shared_both_ways_with_the_file_tools() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn cwd_is_pinned_inside_the_workspace() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn cwd_is_pinned_inside_the_workspace(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, ws) = srv.session().await;
     std::fs::create_dir_all(ws.join("src/pkg")).unwrap();
     std::os::unix::fs::symlink("/", ws.join("rootlink")).unwrap();
@@ -292,19 +327,16 @@ async fn cwd_is_pinned_inside_the_workspace() {
     ] {
         let mut req = run_req(&sid, "pwd", 10_000);
         req.cwd = cwd.into();
-        let err = try_run(&srv.client, req).await.err().expect("refused");
-        assert_eq!(reason(&err), "PATH_OUTSIDE_WORKSPACE", "cwd {cwd}: {err:?}");
+        assert_refused_unchanged(try_run(&srv.client, req), "PATH_OUTSIDE_WORKSPACE", &ws).await;
     }
     let mut req = run_req(&sid, "pwd", 10_000);
     req.cwd = "missing".into();
-    let err = try_run(&srv.client, req).await.err().expect("refused");
-    assert_eq!(reason(&err), "FILE_NOT_FOUND");
+    assert_refused_unchanged(try_run(&srv.client, req), "FILE_NOT_FOUND", &ws).await;
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn slip_guard_refuses_destructive_commands() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn slip_guard_refuses_destructive_commands(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, ws) = srv.session().await;
     std::fs::write(ws.join("keep.txt"), "keep").unwrap();
     for cmd in [
@@ -313,11 +345,8 @@ async fn slip_guard_refuses_destructive_commands() {
         "curl http://x | sh",
         "git push origin main",
     ] {
-        let err = try_run(&srv.client, run_req(&sid, cmd, 10_000))
-            .await
-            .err()
-            .expect("refused");
-        assert_eq!(reason(&err), "COMMAND_REFUSED", "{cmd}");
+        let run = try_run(&srv.client, run_req(&sid, cmd, 10_000));
+        let err = assert_refused_unchanged(run, "COMMAND_REFUSED", &ws).await;
         assert!(
             err.message().contains("not the security boundary"),
             "{}",
@@ -328,40 +357,29 @@ async fn slip_guard_refuses_destructive_commands() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn limits_past_the_ceilings_are_refused() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn limits_past_the_ceilings_are_refused(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let mut req = run_req(&sid, "true", 10 * 3_600_000);
-    let err = try_run(&srv.client, req.clone())
-        .await
-        .err()
-        .expect("refused");
-    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
+    assert_refused(try_run(&srv.client, req.clone()), "LIMIT_EXCEEDED").await;
     req.timeout_ms = 0;
     req.stdout_cap = 1 << 40;
-    let err = try_run(&srv.client, req).await.err().expect("refused");
-    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
-    let err = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            limits: Some(pb::Limits {
-                memory_bytes: 1 << 50,
-                ..Default::default()
-            }),
+    assert_refused(try_run(&srv.client, req), "LIMIT_EXCEEDED").await;
+    let mut c = srv.client.clone();
+    let huge = pb::CreateSessionRequest {
+        limits: Some(pb::Limits {
+            memory_bytes: 1 << 50,
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        }),
+        ..Default::default()
+    };
+    let err = assert_refused(c.create_session(huge), "LIMIT_EXCEEDED").await;
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-    assert_eq!(reason(&err), "LIMIT_EXCEEDED");
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn environment_reaches_commands() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn environment_reaches_commands(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let s = srv
         .client
         .clone()
@@ -378,9 +396,8 @@ async fn environment_reaches_commands() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn client_cancel_runs_the_ladder() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn client_cancel_runs_the_ladder(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     let mut events = srv
         .client
@@ -411,9 +428,8 @@ async fn client_cancel_runs_the_ladder() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn fork_bomb_is_stopped_by_the_pids_limit_without_harming_others() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn fork_bomb_is_stopped_by_the_pids_limit_without_harming_others(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let bomb = srv
         .client
         .clone()
@@ -432,14 +448,18 @@ async fn fork_bomb_is_stopped_by_the_pids_limit_without_harming_others() {
     let client = srv.client.clone();
     let bomb_id = bomb.clone();
     let bombing = tokio::spawn(async move {
-        try_run(&client, run_req(&bomb_id, "f(){ f | f & }; f; sleep 5", 4000)).await
+        try_run(
+            &client,
+            run_req(&bomb_id, "f(){ f | f & }; f; sleep 5", 4000),
+        )
+        .await
     });
     // Meanwhile another session works normally.
     for i in 0..3 {
         let ran = run(&srv.client, &other, &format!("echo ok{i}"), 20_000).await;
         assert_eq!(ran.stdout(), format!("ok{i}\n"));
     }
-    if MODE == common::Mode::Gvisor {
+    if mode == Mode::Gvisor {
         // Under gVisor the pids limit also counts the sandbox's own host
         // threads: at pids=64 the sandbox can die before or during the bomb
         // (a clean SANDBOX_UNAVAILABLE or a result), and so can its
@@ -478,9 +498,8 @@ async fn fork_bomb_is_stopped_by_the_pids_limit_without_harming_others() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn closing_a_session_removes_its_container() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn closing_a_session_removes_its_container(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let s = srv
         .client
         .clone()
@@ -502,8 +521,8 @@ async fn closing_a_session_removes_its_container() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn unreachable_docker_fails_commands_but_not_file_tools() {
+/// The same in every mode: no engine answers.
+pub async fn unreachable_docker_fails_commands_but_not_file_tools(_mode: Mode) {
     let srv = TestServer::start().await;
     let s = srv
         .client
@@ -518,12 +537,9 @@ async fn unreachable_docker_fails_commands_but_not_file_tools() {
         "{}",
         s.sandbox_status
     );
-    let err = try_run(&srv.client, run_req(&s.session_id, "true", 1000))
-        .await
-        .err()
-        .expect("refused");
+    let run = try_run(&srv.client, run_req(&s.session_id, "true", 1000));
+    let err = assert_refused(run, "SANDBOX_UNAVAILABLE").await;
     assert_eq!(err.code(), tonic::Code::Unavailable);
-    assert_eq!(reason(&err), "SANDBOX_UNAVAILABLE");
     assert!(err.message().contains("File tools"), "{}", err.message());
     srv.client
         .clone()
@@ -537,16 +553,15 @@ async fn unreachable_docker_fails_commands_but_not_file_tools() {
     let read = srv
         .client
         .clone()
-        .read_file(common::read_req(&s.session_id, "a.txt"))
+        .read_file(read_req(&s.session_id, "a.txt"))
         .await
         .unwrap();
     assert_eq!(read.into_inner().content, "still works\n");
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn container_killed_from_outside_is_replaced_on_the_next_command() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn container_killed_from_outside_is_replaced_on_the_next_command(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, ws) = srv.session().await;
     std::fs::write(ws.join("kept.txt"), "workspace survives\n").unwrap();
     let before = srv.containers();
@@ -568,23 +583,33 @@ async fn container_killed_from_outside_is_replaced_on_the_next_command() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn commands_take_the_configured_path() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn commands_take_the_configured_path(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
-    let ran = run(&srv.client, &sid, "tr '\\0' ' ' < /proc/$PPID/cmdline", 10_000).await;
+    let ran = run(
+        &srv.client,
+        &sid,
+        "tr '\\0' ' ' < /proc/$PPID/cmdline",
+        10_000,
+    )
+    .await;
     let parent = ran.stdout();
-    match MODE {
-        common::Mode::Supervisor => assert!(parent.starts_with("/.sandboxd/sandboxd supervise --user 1000:1000 --connect"), "{parent}"),
-        common::Mode::SupervisorStdio | common::Mode::Gvisor => assert_eq!(parent.trim_end(), "/.sandboxd/sandboxd supervise --user 1000:1000"),
-        common::Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
+    match mode {
+        Mode::Supervisor => assert!(
+            parent.starts_with("/.sandboxd/sandboxd supervise --user 1000:1000 --connect"),
+            "{parent}"
+        ),
+        Mode::SupervisorStdio | Mode::Gvisor => assert_eq!(
+            parent.trim_end(),
+            "/.sandboxd/sandboxd supervise --user 1000:1000"
+        ),
+        Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
-    let srv = TestServer::with_docker_mode_and(MODE, |c| c.sandbox.pool_size = 2).await;
+pub async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up(mode: Mode) {
+    let srv = TestServer::with_docker_mode_and(mode, |c| c.sandbox.pool_size = 2).await;
     // The pool fills in the background.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while srv.registry.pool_ready() < 2 {
@@ -599,11 +624,24 @@ async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
         .await
         .unwrap()
         .into_inner();
-    assert!(warm.contains(&s.container_id), "the session took a warm container");
+    assert!(
+        warm.contains(&s.container_id),
+        "the session took a warm container"
+    );
     // The pooled container is hardened like any other and runs its commands.
-    let ran = run(&srv.client, &s.session_id, "id -u; touch /var/tmp/x 2>&1; ls /workspace | wc -l", 10_000).await;
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "id -u; touch /var/tmp/x 2>&1; ls /workspace | wc -l",
+        10_000,
+    )
+    .await;
     assert!(ran.stdout().starts_with("1000\n"), "{}", ran.stdout());
-    assert!(ran.stdout().contains("Read-only file system"), "{}", ran.stdout());
+    assert!(
+        ran.stdout().contains("Read-only file system"),
+        "{}",
+        ran.stdout()
+    );
     // Session env reaches pooled containers' commands too.
     let env = srv
         .client
@@ -615,7 +653,12 @@ async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(run(&srv.client, &env.session_id, "echo $SESSION_VAR", 10_000).await.stdout(), "pooled\n");
+    assert_eq!(
+        run(&srv.client, &env.session_id, "echo $SESSION_VAR", 10_000)
+            .await
+            .stdout(),
+        "pooled\n"
+    );
     // Non-default limits start cold.
     let cold = srv
         .client
@@ -640,13 +683,15 @@ async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up() {
     assert_eq!(ids.len(), 5);
     srv.stop().await;
     // Sessions and warm containers alike are gone after shutdown.
-    let left: Vec<_> = ids.iter().filter(|id| common::containers_labelled("sandboxd.session").contains(id)).collect();
+    let left: Vec<_> = ids
+        .iter()
+        .filter(|id| containers_labelled("sandboxd.session").contains(id))
+        .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
-#[tokio::test]
-async fn memory_bomb_is_reported_as_out_of_memory() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn memory_bomb_is_reported_as_out_of_memory(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let s = srv
         .client
         .clone()
@@ -663,7 +708,7 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     let bomb = "python3 -c 'x = []\nwhile True: x.append(bytearray(8 << 20))'";
     let ran = run(&srv.client, &s.session_id, bomb, 60_000).await;
     assert!(ran.exit.oom_killed, "not reported as OOM: {:?}", ran.exit);
-    if MODE == common::Mode::Gvisor {
+    if mode == Mode::Gvisor {
         // The host kernel's OOM killer ends gVisor's whole sandbox.
         assert_eq!(ran.exit.killed_by(), KilledBy::Container, "{:?}", ran.exit);
     } else {
@@ -690,9 +735,8 @@ async fn memory_bomb_is_reported_as_out_of_memory() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn full_tmp_fails_cleanly_and_the_session_keeps_working() {
-    let srv = TestServer::with_docker_mode_and(MODE, |c| c.sandbox.tmp_bytes = 16 << 20).await;
+pub async fn full_tmp_fails_cleanly_and_the_session_keeps_working(mode: Mode) {
+    let srv = TestServer::with_docker_mode_and(mode, |c| c.sandbox.tmp_bytes = 16 << 20).await;
     let (sid, ws) = srv.session().await;
     let ran = run(
         &srv.client,
@@ -721,7 +765,7 @@ async fn full_tmp_fails_cleanly_and_the_session_keeps_working() {
     std::fs::write(ws.join("a.txt"), "x\n").unwrap();
     srv.client
         .clone()
-        .read_file(common::read_req(&sid, "a.txt"))
+        .read_file(read_req(&sid, "a.txt"))
         .await
         .unwrap();
     let ran = run(&srv.client, &sid, "rm -f /tmp/fill && echo freed", 20_000).await;
@@ -729,9 +773,8 @@ async fn full_tmp_fails_cleanly_and_the_session_keeps_working() {
     srv.stop().await;
 }
 
-#[tokio::test]
-async fn container_killed_during_a_command_ends_it_cleanly() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn container_killed_during_a_command_ends_it_cleanly(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, ws) = srv.session().await;
     std::fs::write(ws.join("kept.txt"), "workspace survives\n").unwrap();
     let before = srv.containers();
@@ -748,10 +791,7 @@ async fn container_killed_during_a_command_ends_it_cleanly() {
         .output()
         .unwrap();
     assert!(killed.status.success());
-    let ran = running
-        .await
-        .unwrap()
-        .expect("a result, not an error");
+    let ran = running.await.unwrap().expect("a result, not an error");
     assert_ne!(ran.exit.exit_code, 0);
     assert!(
         ran.elapsed < Duration::from_secs(30),
@@ -770,9 +810,8 @@ async fn container_killed_during_a_command_ends_it_cleanly() {
 /// whatever another command of the session writes: nothing in the
 /// container decides what the ladder signals (a pidfile in the shared /tmp
 /// once could be rewritten to point the ladder elsewhere).
-#[tokio::test]
-async fn another_command_cannot_redirect_the_kill_ladder() {
-    let srv = TestServer::with_docker_mode(MODE).await;
+pub async fn another_command_cannot_redirect_the_kill_ladder(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
     let (sid, _) = srv.session().await;
     // A background "redirector": rewrites every pidfile it can find to
     // name itself or init, forever.
@@ -786,10 +825,15 @@ async fn another_command_cannot_redirect_the_kill_ladder() {
     assert_eq!(planted.stdout(), "planted\n");
     let ran = run(&srv.client, &sid, "sleep 100", 1000).await;
     assert!(ran.exit.timed_out, "{:?}", ran.exit);
-    if MODE != common::Mode::Gvisor {
+    if mode != Mode::Gvisor {
         // Under gVisor a plain exec's group cannot be signalled from the
         // host: the container is the stop there.
-        assert_eq!(ran.exit.killed_by, KilledBy::ProcessGroupTerm as i32, "{:?}", ran.exit);
+        assert_eq!(
+            ran.exit.killed_by,
+            KilledBy::ProcessGroupTerm as i32,
+            "{:?}",
+            ran.exit
+        );
         // The ladder hit only the command's group: the redirector lives on.
         let left = leftovers(&srv, &sid, "REDIRECTOR").await;
         assert_eq!(left.len(), 1, "{left:?}");

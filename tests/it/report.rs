@@ -3,11 +3,9 @@
 //! verification, and GetSessionReport tells them apart. The journal is also
 //! appended as JSON lines, and CloseSession returns it.
 
-mod common;
-
 use std::path::Path;
 
-use common::{Mode, TestServer, edit, edit_req, read_req, run};
+use crate::common::{Mode, TestServer, edit, edit_req, read_req, run};
 use sandboxd::pb;
 use sha2::{Digest, Sha256};
 

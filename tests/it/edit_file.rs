@@ -1,9 +1,7 @@
 //! EditFile, CreateFile and ReadFile over real gRPC: refusals leave the file
 //! byte-for-byte unchanged, accepted edits change exactly what was asked.
 
-mod common;
-
-use common::{TestServer, edit, edit_req, read_req, reason, snapshot};
+use crate::common::{TestServer, edit, edit_req, read_req, reason, snapshot};
 use sandboxd::pb;
 
 const CALC: &str =

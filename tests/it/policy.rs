@@ -4,12 +4,10 @@
 //! overrides a deny; the operator's rules apply to every session; session
 //! guard patterns refuse commands.
 
-mod common;
-
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::{TestServer, edit, edit_req, read_req, reason, run_req, snapshot};
+use crate::common::{TestServer, edit, edit_req, read_req, reason, run_req, snapshot};
 use sandboxd::pb;
 
 async fn session_with(server: &TestServer, policy: pb::Policy) -> (String, std::path::PathBuf) {

@@ -1,8 +1,7 @@
 //! ListDir, FindFiles and SearchFiles: sorted, capped, .gitignore respected.
 
-mod common;
-
-use common::{TestServer, reason};
+use crate::common;
+use crate::common::{TestServer, reason};
 use sandboxd::pb;
 
 fn project(ws: &std::path::Path) {

@@ -5,13 +5,12 @@
 //! workspace and the directory beside it are byte-for-byte unchanged. A
 //! close racing a running command, and the session ceiling, follow.
 
-mod common;
-
 use std::future::Future;
 use std::os::unix::fs::symlink;
 use std::pin::Pin;
 
-use common::{TestServer, edit, edit_req, read_req, reason, run_req, snapshot};
+use crate::common;
+use crate::common::{TestServer, edit, edit_req, read_req, reason, run_req, snapshot};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use tonic::Code;
 use tonic::codegen::http::uri::PathAndQuery;

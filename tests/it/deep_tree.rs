@@ -2,12 +2,11 @@
 //! file tools that list and walk it keep answering (their depth and memory
 //! are bounded), and the tree is removed without recursion.
 
-mod common;
-
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use common::TestServer;
+use crate::common;
+use crate::common::TestServer;
 use rustix::fs::{Mode, OFlags};
 use sandboxd::pb;
 use sandboxd::workspace::remove::remove_tree;

@@ -1,0 +1,264 @@
+//! What the integration tests share: a [`TestServer`] (the library's
+//! embedded service, [`sandboxd::local`], set up for a test and cleaned up
+//! even when the test fails), the host's Docker state as the docker CLI sees
+//! it, RunCommand collected into one result ([`run`]), and the file-tool
+//! requests and refusal checks ([`files`]).
+//!
+//! The `it` binary declares this module privately, so anything here that no
+//! test uses is reported; the binaries that must run alone include it as a
+//! public module, since each uses only part of it.
+
+mod files;
+mod run;
+
+use std::ops::Deref;
+use std::path::Path;
+use std::sync::{Arc, Once};
+
+use sandboxd::local::{self, Local};
+use sandboxd::pb;
+use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::session::Config;
+use tempfile::TempDir;
+
+pub use files::{
+    assert_refused, assert_refused_unchanged, edit, edit_req, read_req, reason, snapshot,
+};
+pub use local::Client;
+pub use run::{run, run_req, try_run};
+
+/// The `sandboxd` binary: the supervisor mounted into containers, and the
+/// CLI the tests drive.
+pub const SANDBOXD: &str = env!("CARGO_BIN_EXE_sandboxd");
+
+/// A Docker host where no daemon listens: file-tool tests run without
+/// containers (and show that file tools work when the engine is down).
+pub const NO_DOCKER: &str = "unix:///nonexistent/sandboxd-test-docker.sock";
+
+/// How commands reach the container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Through the in-container supervisor over its Unix socket (the default).
+    Supervisor,
+    /// Through the supervisor over the exec's stdio (remote Docker).
+    SupervisorStdio,
+    /// One Docker exec per command (the fallback).
+    Exec,
+    /// Containers under gVisor (`--runtime runsc`), through the supervisor.
+    Gvisor,
+}
+
+/// Ensures the host prerequisites of the Docker tests; runs once per process.
+pub fn prepare_host() {
+    static PREPARED: Once = Once::new();
+    PREPARED.call_once(|| {});
+}
+
+/// A running in-process server with one allowed root for lent directories.
+/// It derefs to the [`Local`] service: `client`, `addr`, `registry`,
+/// `service`, `state_dir()`.
+pub struct TestServer {
+    /// `None` once stopped.
+    local: Option<Local>,
+    /// Operators allow existing directories under this root.
+    pub allowed_root: TempDir,
+}
+
+impl TestServer {
+    /// A server for file-tool tests: its container engine is unreachable.
+    pub async fn start() -> TestServer {
+        Self::start_with(|_| {}).await
+    }
+
+    /// [`TestServer::start`] with its configuration changed by `tweak`.
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        Self::build(without_docker(), tweak).await
+    }
+
+    /// A file-tools server that demands `authorization: Bearer <token>`.
+    pub async fn with_token(token: &str) -> TestServer {
+        let access = sandboxd::server::Access {
+            token: Some(token.to_string()),
+            tls: None,
+        };
+        Self::build(without_docker().access(access), |_| {}).await
+    }
+
+    /// A server over the real Docker daemon (with the default image built),
+    /// running commands through the in-container supervisor.
+    pub async fn with_docker() -> TestServer {
+        Self::with_docker_mode_and(Mode::Supervisor, |_| {}).await
+    }
+
+    /// A server over the real Docker daemon running commands in `mode`.
+    pub async fn with_docker_mode(mode: Mode) -> TestServer {
+        Self::with_docker_mode_and(mode, |_| {}).await
+    }
+
+    /// [`TestServer::with_docker_mode`] with its configuration changed by
+    /// `tweak`.
+    pub async fn with_docker_mode_and(mode: Mode, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        prepare_host();
+        let docker = Arc::new(DockerRuntime::new(None));
+        if let Err(e) = docker.ping().await {
+            panic!("these tests need a running Docker daemon (docker info must answer): {e}");
+        }
+        if mode == Mode::Gvisor {
+            let runtimes = std::process::Command::new("docker")
+                .args(["info", "--format", "{{json .Runtimes}}"])
+                .output()
+                .expect("docker CLI");
+            assert!(
+                String::from_utf8_lossy(&runtimes.stdout).contains("\"runsc\""),
+                "the gVisor tests need runsc registered with the Docker daemon \
+                 (apt-get install runsc; add it to /etc/docker/daemon.json \"runtimes\" with \
+                 \"runtimeArgs\": [\"--network=none\"]; .ci/run does this)"
+            );
+        }
+        let builder = new_local().docker(docker);
+        let builder = match mode {
+            Mode::Supervisor => builder.supervisor(SANDBOXD),
+            Mode::SupervisorStdio => builder.supervisor(SANDBOXD).socket_link(false),
+            Mode::Exec => builder,
+            Mode::Gvisor => builder
+                .supervisor(SANDBOXD)
+                .configure(|config| config.sandbox.runtime = Some("runsc".into())),
+        };
+        Self::build(builder, tweak).await
+    }
+
+    async fn build(builder: local::Builder, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let allowed_root = tempfile::tempdir().unwrap();
+        // Lent directories must be private to their owner (tempfile makes
+        // directories 0755).
+        std::fs::set_permissions(
+            allowed_root.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let allowed = allowed_root.path().to_path_buf();
+        let local = builder
+            .configure(|config| config.allowed_roots = vec![allowed])
+            .configure(tweak)
+            .reap_interval(std::time::Duration::from_millis(100))
+            .start()
+            .await
+            .unwrap_or_else(|e| match e {
+                local::Error::BuildImage(e) => {
+                    panic!("cannot build the default sandbox image: {e}")
+                }
+                e => panic!("cannot start the test server: {e}"),
+            });
+        TestServer {
+            local: Some(local),
+            allowed_root,
+        }
+    }
+
+    /// Opens a session over a fresh workspace; returns (id, host path).
+    pub async fn session(&self) -> (String, std::path::PathBuf) {
+        let s = self
+            .client
+            .clone()
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        (s.session_id, s.workspace_path.into())
+    }
+
+    /// Stops the server and waits for it to close every session.
+    pub async fn stop(mut self) {
+        if let Some(local) = self.local.take() {
+            local.stop().await.unwrap();
+        }
+    }
+
+    /// Ids of this server's containers that exist now (docker CLI).
+    pub fn containers(&self) -> Vec<String> {
+        containers_labelled(&format!("sandboxd.service={}", self.service))
+    }
+}
+
+/// A test server's service, its name unique to the test.
+fn new_local() -> local::Builder {
+    let service = format!(
+        "sandboxd-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    );
+    Local::builder(&service).unwrap()
+}
+
+/// A test server's service over an engine that does not answer.
+fn without_docker() -> local::Builder {
+    new_local()
+        .docker(Arc::new(DockerRuntime::new(Some(NO_DOCKER.into()))))
+        .build_image(false)
+}
+
+impl Deref for TestServer {
+    type Target = Local;
+
+    fn deref(&self) -> &Local {
+        self.local.as_ref().expect("the test server was stopped")
+    }
+}
+
+impl Drop for TestServer {
+    /// A test that panicked never called `stop`: remove its containers and
+    /// unmount its workspaces so no test leaks one.
+    fn drop(&mut self) {
+        if let Some(local) = &self.local {
+            remove_containers_labelled(&format!("sandboxd.service={}", local.service));
+            unmount_under(local.dir());
+        }
+    }
+}
+
+/// Ids of containers with `label` (docker CLI), running or not.
+pub fn containers_labelled(label: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label={label}"),
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Force-removes every container with `label` (docker CLI).
+pub fn remove_containers_labelled(label: &str) {
+    let ids = containers_labelled(label);
+    if !ids.is_empty() {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f"])
+            .args(&ids)
+            .output();
+    }
+}
+
+/// Mount points at or under `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Detaches every mount under `dir` (workspace volumes and pins of a
+/// server that did not stop cleanly).
+pub fn unmount_under(dir: &Path) {
+    for m in mounts_under(dir) {
+        let _ = rustix::mount::unmount(m.as_str(), rustix::mount::UnmountFlags::DETACH);
+    }
+}
