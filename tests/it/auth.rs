@@ -5,7 +5,7 @@
 //! is private to its user.
 
 use crate::common;
-use crate::common::{TestServer, reason};
+use crate::common::{TestServer, assert_refused};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use tonic::transport::Channel;
 
@@ -28,12 +28,9 @@ fn with_auth<T>(msg: T, value: &str) -> tonic::Request<T> {
 async fn calls_without_the_token_are_unauthenticated() {
     let srv = TestServer::with_token("s3cret-token").await;
     let mut c = SandboxClient::new(channel(&srv).await);
-    let err = c
-        .list_sessions(pb::ListSessionsRequest {})
-        .await
-        .unwrap_err();
+    let list = c.list_sessions(pb::ListSessionsRequest {});
+    let err = assert_refused(list, "UNAUTHENTICATED").await;
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
-    assert_eq!(reason(&err), "UNAUTHENTICATED");
     for wrong in [
         "Bearer nope",
         "Bearer s3cret-toke",
@@ -338,11 +335,11 @@ async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
         .await
         .unwrap();
     let mut c = SandboxClient::new(channel);
-    let err = c
-        .list_sessions(pb::ListSessionsRequest {})
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "UNAUTHENTICATED");
+    assert_refused(
+        c.list_sessions(pb::ListSessionsRequest {}),
+        "UNAUTHENTICATED",
+    )
+    .await;
     c.list_sessions(with_auth(
         pb::ListSessionsRequest {},
         &format!("Bearer {token}"),

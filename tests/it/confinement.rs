@@ -6,7 +6,9 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use crate::common::{TestServer, edit, edit_req, read_req, reason, snapshot};
+use crate::common::{
+    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, read_req, snapshot,
+};
 use sandboxd::pb;
 
 /// A workspace with planted escape routes, next to a secret outside it.
@@ -60,18 +62,10 @@ async fn reads_through_escaping_paths_are_refused() {
     let srv = TestServer::start().await;
     let (sid, ws) = srv.session().await;
     let _planted = plant(&ws);
+    let mut c = srv.client.clone();
     for path in ESCAPES {
-        let err = srv
-            .client
-            .clone()
-            .read_file(read_req(&sid, path))
-            .await
-            .unwrap_err();
-        assert_eq!(
-            reason(&err),
-            "PATH_OUTSIDE_WORKSPACE",
-            "read {path}: {err:?}"
-        );
+        let read = c.read_file(read_req(&sid, path));
+        let err = assert_refused(read, "PATH_OUTSIDE_WORKSPACE").await;
         assert!(!err.message().contains("TOP SECRET") && !err.message().contains("root:"));
     }
     srv.stop().await;
@@ -85,18 +79,10 @@ async fn writes_through_escaping_paths_are_refused_and_nothing_changes() {
     let inside_before = snapshot(&ws);
     let outside_before = snapshot(planted.outside.path());
     let passwd_before = std::fs::read("/etc/passwd").unwrap();
+    let mut c = srv.client.clone();
     for path in ESCAPES {
-        let err = srv
-            .client
-            .clone()
-            .edit_file(edit_req(&sid, path, vec![edit("TOP SECRET", "LEAKED")]))
-            .await
-            .unwrap_err();
-        assert_eq!(
-            reason(&err),
-            "PATH_OUTSIDE_WORKSPACE",
-            "edit {path}: {err:?}"
-        );
+        let req = edit_req(&sid, path, vec![edit("TOP SECRET", "LEAKED")]);
+        assert_refused_unchanged(c.edit_file(req), "PATH_OUTSIDE_WORKSPACE", &ws).await;
     }
     for path in [
         "abs_dir_link/new.txt",
@@ -107,34 +93,20 @@ async fn writes_through_escaping_paths_are_refused_and_nothing_changes() {
         "/tmp/sandboxd-escape.txt",
         "abs_dir_link/deeper/new.txt",
     ] {
-        let err = srv
-            .client
-            .clone()
-            .create_file(pb::CreateFileRequest {
-                session_id: sid.clone(),
-                path: path.into(),
-                content: "x".into(),
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(
-            reason(&err),
-            "PATH_OUTSIDE_WORKSPACE",
-            "create {path}: {err:?}"
-        );
+        let req = pb::CreateFileRequest {
+            session_id: sid.clone(),
+            path: path.into(),
+            content: "x".into(),
+        };
+        assert_refused_unchanged(c.create_file(req), "PATH_OUTSIDE_WORKSPACE", &ws).await;
     }
     // Creating over a planted (even dangling) link is refused as existing.
-    let err = srv
-        .client
-        .clone()
-        .create_file(pb::CreateFileRequest {
-            session_id: sid.clone(),
-            path: "abs_file_link".into(),
-            content: "x".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "FILE_EXISTS");
+    let req = pb::CreateFileRequest {
+        session_id: sid.clone(),
+        path: "abs_file_link".into(),
+        content: "x".into(),
+    };
+    assert_refused_unchanged(c.create_file(req), "FILE_EXISTS", &ws).await;
     assert_eq!(snapshot(&ws), inside_before);
     assert_eq!(snapshot(planted.outside.path()), outside_before);
     assert_eq!(std::fs::read("/etc/passwd").unwrap(), passwd_before);
@@ -147,6 +119,7 @@ async fn listing_and_searching_do_not_follow_escaping_links() {
     let srv = TestServer::start().await;
     let (sid, ws) = srv.session().await;
     let _planted = plant(&ws);
+    let mut c = srv.client.clone();
     for path in [
         "abs_dir_link",
         "parent_link",
@@ -155,16 +128,11 @@ async fn listing_and_searching_do_not_follow_escaping_links() {
         "..",
         "/",
     ] {
-        let err = srv
-            .client
-            .clone()
-            .list_dir(pb::ListDirRequest {
-                session_id: sid.clone(),
-                path: path.into(),
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(reason(&err), "PATH_OUTSIDE_WORKSPACE", "ls {path}: {err:?}");
+        let req = pb::ListDirRequest {
+            session_id: sid.clone(),
+            path: path.into(),
+        };
+        assert_refused(c.list_dir(req), "PATH_OUTSIDE_WORKSPACE").await;
     }
     // A recursive search from the root lists links but never walks them.
     let found = srv
@@ -243,13 +211,8 @@ async fn malformed_and_absolute_paths() {
     let srv = TestServer::start().await;
     let (sid, ws) = srv.session().await;
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    let err = srv
-        .client
-        .clone()
-        .read_file(read_req(&sid, "a\0.txt"))
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "INVALID_PATH");
+    let mut c = srv.client.clone();
+    assert_refused(c.read_file(read_req(&sid, "a\0.txt")), "INVALID_PATH").await;
     // Absolute paths inside the workspace (host or container spelling) work.
     let host = ws.join("a.txt").display().to_string();
     srv.client
@@ -268,23 +231,13 @@ async fn malformed_and_absolute_paths() {
         .read_file(read_req(&sid, "sub/../a.txt"))
         .await
         .unwrap();
-    let err = srv
-        .client
-        .clone()
-        .read_file(read_req(&sid, "/workspace/../etc/passwd"))
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "PATH_OUTSIDE_WORKSPACE");
-    let err = srv
-        .client
-        .clone()
-        .create_file(pb::CreateFileRequest {
-            session_id: sid.clone(),
-            path: ".".into(),
-            content: "x".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "INVALID_PATH");
+    let read = c.read_file(read_req(&sid, "/workspace/../etc/passwd"));
+    assert_refused(read, "PATH_OUTSIDE_WORKSPACE").await;
+    let req = pb::CreateFileRequest {
+        session_id: sid.clone(),
+        path: ".".into(),
+        content: "x".into(),
+    };
+    assert_refused_unchanged(c.create_file(req), "INVALID_PATH", &ws).await;
     srv.stop().await;
 }

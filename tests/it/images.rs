@@ -41,6 +41,7 @@ fn nolibc_image() {
 
 #[tokio::test]
 async fn the_supervisor_runs_commands_in_an_image_without_libc() {
+    common::prepare_host();
     nolibc_image();
     let srv = TestServer::with_docker_mode_and(common::Mode::Supervisor, |c| {
         c.sandbox.allowed_images = vec![IMAGE.to_string()];

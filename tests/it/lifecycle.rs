@@ -67,6 +67,7 @@ async fn baseline_red_read_edit_green() {
 
 #[test]
 fn demo_command_shows_red_then_green() {
+    common::prepare_host();
     let out = Command::new(BIN).arg("demo").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -180,6 +181,7 @@ impl Drop for RemoveOnDrop {
 
 #[tokio::test]
 async fn sigkilled_service_leaves_nothing_once_restarted() {
+    common::prepare_host();
     let service = format!(
         "sandboxd-test-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..10]

@@ -7,7 +7,10 @@
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use crate::common::{TestServer, edit, edit_req, read_req, reason, run_req, snapshot};
+use crate::common::{
+    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, read_req, run_req,
+    snapshot,
+};
 use sandboxd::pb;
 
 async fn session_with(server: &TestServer, policy: pb::Policy) -> (String, std::path::PathBuf) {
@@ -61,36 +64,47 @@ async fn read_only_session_refuses_every_mutation_and_changes_nothing() {
     project(&ws);
     let before = snapshot(&ws);
     let mut c = server.client.clone();
+    let create = |path: &str, content: &str| pb::CreateFileRequest {
+        session_id: id.clone(),
+        path: path.into(),
+        content: content.into(),
+    };
 
     let refusals = [
-        c.create_file(pb::CreateFileRequest {
-            session_id: id.clone(),
-            path: "new.py".into(),
-            content: "x = 1\n".into(),
-        })
-        .await
-        .unwrap_err(),
-        c.create_file(pb::CreateFileRequest {
-            session_id: id.clone(),
-            path: "deep/new/dir/x.py".into(),
-            content: "x\n".into(),
-        })
-        .await
-        .unwrap_err(),
-        c.edit_file(edit_req(&id, "src/calc.py", vec![edit("a - b", "a + b")]))
-            .await
-            .unwrap_err(),
+        assert_refused_unchanged(
+            c.create_file(create("new.py", "x = 1\n")),
+            "POLICY_DENIED",
+            &ws,
+        )
+        .await,
+        assert_refused_unchanged(
+            c.create_file(create("deep/new/dir/x.py", "x\n")),
+            "POLICY_DENIED",
+            &ws,
+        )
+        .await,
+        assert_refused_unchanged(
+            c.edit_file(edit_req(&id, "src/calc.py", vec![edit("a - b", "a + b")])),
+            "POLICY_DENIED",
+            &ws,
+        )
+        .await,
         // Refused for the policy, even where the edit itself would fail.
-        c.edit_file(edit_req(&id, "missing.py", vec![edit("x", "y")]))
-            .await
-            .unwrap_err(),
-        c.run_command(run_req(&id, "echo hi > pwned.txt", 5000))
-            .await
-            .unwrap_err(),
+        assert_refused_unchanged(
+            c.edit_file(edit_req(&id, "missing.py", vec![edit("x", "y")])),
+            "POLICY_DENIED",
+            &ws,
+        )
+        .await,
+        assert_refused_unchanged(
+            c.run_command(run_req(&id, "echo hi > pwned.txt", 5000)),
+            "POLICY_DENIED",
+            &ws,
+        )
+        .await,
     ];
     for status in &refusals {
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-        assert_eq!(reason(status), "POLICY_DENIED");
         assert!(
             status.message().contains("read-only"),
             "{}",
@@ -174,13 +188,10 @@ async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
         "tests/unit/test_deep.py",
         "/workspace/tests/test_calc.py",
     ] {
-        let status = c
-            .edit_file(edit_req(&id, path, fix.clone()))
-            .await
-            .unwrap_err();
         // Refused as denied even where the path does not exist (the case
         // variants, on this case-sensitive filesystem).
-        assert_eq!(reason(&status), "POLICY_DENIED", "{path}: {status:?}");
+        let req = edit_req(&id, path, fix.clone());
+        let status = assert_refused_unchanged(c.edit_file(req), "POLICY_DENIED", &ws).await;
         assert!(
             status.message().to_lowercase().contains("tests/"),
             "the refusal names the path: {}",
@@ -195,15 +206,12 @@ async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
         "T/planted.py",
         "src/../tests/planted.py",
     ] {
-        let status = c
-            .create_file(pb::CreateFileRequest {
-                session_id: id.clone(),
-                path: path.into(),
-                content: "assert True\n".into(),
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(reason(&status), "POLICY_DENIED", "{path}: {status:?}");
+        let req = pb::CreateFileRequest {
+            session_id: id.clone(),
+            path: path.into(),
+            content: "assert True\n".into(),
+        };
+        assert_refused_unchanged(c.create_file(req), "POLICY_DENIED", &ws).await;
     }
     assert_eq!(snapshot(&ws.join("tests")), tests_before);
     assert!(
@@ -216,15 +224,12 @@ async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
     );
 
     // A multi-edit on a denied file is refused whole.
-    let status = c
-        .edit_file(edit_req(
-            &id,
-            "src/link_to_test.py",
-            vec![edit("from calc", "from x"), edit("== 4", "== 5")],
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&status), "POLICY_DENIED");
+    let req = edit_req(
+        &id,
+        "src/link_to_test.py",
+        vec![edit("from calc", "from x"), edit("== 4", "== 5")],
+    );
+    assert_refused_unchanged(c.edit_file(req), "POLICY_DENIED", &ws).await;
 
     // The hard link is outside tests/ by path: the edit is allowed, and the
     // atomic rename replaces the link, never the test's bytes.
@@ -276,22 +281,18 @@ async fn a_grant_never_overrides_a_deny_and_operator_rules_bind_every_session() 
     };
     c.create_file(create("src/ok.py")).await.unwrap();
     for path in ["tests/x.py", "secrets/key.pem"] {
-        let status = c.create_file(create(path)).await.unwrap_err();
-        assert_eq!(reason(&status), "POLICY_DENIED", "{path}");
+        assert_refused_unchanged(c.create_file(create(path)), "POLICY_DENIED", &ws).await;
     }
     assert!(!ws.join("tests").exists() && !ws.join("secrets").exists());
 
     // Operator rules bind a session that asked for nothing.
-    let (plain, _) = session_with(&server, pb::Policy::default()).await;
-    let status = c
-        .create_file(pb::CreateFileRequest {
-            session_id: plain,
-            path: "Secrets/k".into(),
-            content: "x\n".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&status), "POLICY_DENIED");
+    let (plain, plain_ws) = session_with(&server, pb::Policy::default()).await;
+    let req = pb::CreateFileRequest {
+        session_id: plain,
+        path: "Secrets/k".into(),
+        content: "x\n".into(),
+    };
+    assert_refused_unchanged(c.create_file(req), "POLICY_DENIED", &plain_ws).await;
     server.stop().await;
 }
 
@@ -311,15 +312,12 @@ async fn allow_writes_confines_writes_to_its_globs() {
     c.edit_file(edit_req(&id, "src/calc.py", vec![edit("a - b", "a + b")]))
         .await
         .unwrap();
-    let status = c
-        .create_file(pb::CreateFileRequest {
-            session_id: id.clone(),
-            path: "README.md".into(),
-            content: "x\n".into(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&status), "POLICY_DENIED");
+    let req = pb::CreateFileRequest {
+        session_id: id.clone(),
+        path: "README.md".into(),
+        content: "x\n".into(),
+    };
+    let status = assert_refused_unchanged(c.create_file(req), "POLICY_DENIED", &ws).await;
     assert!(status.message().contains("allow_writes"));
     assert!(!ws.join("README.md").exists());
     server.stop().await;
@@ -328,7 +326,7 @@ async fn allow_writes_confines_writes_to_its_globs() {
 #[tokio::test]
 async fn session_guard_patterns_refuse_matching_commands_and_bad_rules_are_refused() {
     let server = TestServer::start().await;
-    let (id, _) = session_with(
+    let (id, ws) = session_with(
         &server,
         pb::Policy {
             guard_patterns: vec![r"\bpip\s+install\b".into()],
@@ -336,13 +334,9 @@ async fn session_guard_patterns_refuse_matching_commands_and_bad_rules_are_refus
         },
     )
     .await;
-    let status = server
-        .client
-        .clone()
-        .run_command(run_req(&id, "pip install requests", 5000))
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&status), "COMMAND_REFUSED");
+    let mut c = server.client.clone();
+    let pip = c.run_command(run_req(&id, "pip install requests", 5000));
+    let status = assert_refused_unchanged(pip, "COMMAND_REFUSED", &ws).await;
     assert!(status.message().contains("session"));
 
     for policy in [
@@ -359,17 +353,12 @@ async fn session_guard_patterns_refuse_matching_commands_and_bad_rules_are_refus
             ..Default::default()
         },
     ] {
-        let status = server
-            .client
-            .clone()
-            .create_session(pb::CreateSessionRequest {
-                policy: Some(policy),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
+        let req = pb::CreateSessionRequest {
+            policy: Some(policy),
+            ..Default::default()
+        };
+        let status = assert_refused(c.create_session(req), "INVALID_POLICY").await;
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
-        assert_eq!(reason(&status), "INVALID_POLICY");
     }
     server.stop().await;
 }

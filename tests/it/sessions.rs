@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use crate::common;
-use crate::common::{TestServer, read_req, reason};
+use crate::common::{TestServer, assert_refused, edit, edit_req, read_req, reason};
 use sandboxd::pb;
 
 #[tokio::test]
@@ -42,16 +41,13 @@ async fn fresh_session_lifecycle() {
     assert!(closed.workspace_removed);
     assert!(!std::path::Path::new(&s.workspace_path).exists());
     // The id is gone for every call.
-    let err = c.read_file(read_req(&s.session_id, "a")).await.unwrap_err();
+    let read = c.read_file(read_req(&s.session_id, "a"));
+    let err = assert_refused(read, "SESSION_NOT_FOUND").await;
     assert_eq!(err.code(), tonic::Code::NotFound);
-    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
-    let err = c
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+    let close = pb::CloseSessionRequest {
+        session_id: s.session_id,
+    };
+    assert_refused(c.close_session(close), "SESSION_NOT_FOUND").await;
     srv.stop().await;
 }
 
@@ -60,47 +56,36 @@ async fn unknown_session_ids_are_refused_everywhere() {
     let srv = TestServer::start().await;
     let mut c = srv.client.clone();
     let sid = "nope".to_string();
-    let errs = vec![
-        c.get_session(pb::GetSessionRequest {
-            session_id: sid.clone(),
-        })
-        .await
-        .unwrap_err(),
-        c.read_file(read_req(&sid, "a")).await.unwrap_err(),
-        c.create_file(pb::CreateFileRequest {
-            session_id: sid.clone(),
-            path: "a".into(),
-            content: "x".into(),
-        })
-        .await
-        .unwrap_err(),
-        c.edit_file(common::edit_req(&sid, "a", vec![common::edit("a", "b")]))
-            .await
-            .unwrap_err(),
-        c.list_dir(pb::ListDirRequest {
-            session_id: sid.clone(),
-            path: String::new(),
-        })
-        .await
-        .unwrap_err(),
-        c.find_files(pb::FindFilesRequest {
-            session_id: sid.clone(),
-            pattern: "*".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err(),
-        c.search_files(pb::SearchFilesRequest {
-            session_id: sid.clone(),
-            pattern: "x".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err(),
-    ];
-    for err in errs {
-        assert_eq!(reason(&err), "SESSION_NOT_FOUND", "{err:?}");
-    }
+    let get = pb::GetSessionRequest {
+        session_id: sid.clone(),
+    };
+    assert_refused(c.get_session(get), "SESSION_NOT_FOUND").await;
+    assert_refused(c.read_file(read_req(&sid, "a")), "SESSION_NOT_FOUND").await;
+    let create = pb::CreateFileRequest {
+        session_id: sid.clone(),
+        path: "a".into(),
+        content: "x".into(),
+    };
+    assert_refused(c.create_file(create), "SESSION_NOT_FOUND").await;
+    let edit = edit_req(&sid, "a", vec![edit("a", "b")]);
+    assert_refused(c.edit_file(edit), "SESSION_NOT_FOUND").await;
+    let list = pb::ListDirRequest {
+        session_id: sid.clone(),
+        path: String::new(),
+    };
+    assert_refused(c.list_dir(list), "SESSION_NOT_FOUND").await;
+    let find = pb::FindFilesRequest {
+        session_id: sid.clone(),
+        pattern: "*".into(),
+        ..Default::default()
+    };
+    assert_refused(c.find_files(find), "SESSION_NOT_FOUND").await;
+    let search = pb::SearchFilesRequest {
+        session_id: sid.clone(),
+        pattern: "x".into(),
+        ..Default::default()
+    };
+    assert_refused(c.search_files(search), "SESSION_NOT_FOUND").await;
     srv.stop().await;
 }
 
@@ -147,30 +132,24 @@ async fn existing_directory_only_under_an_allowed_root_and_kept_on_close() {
         format!("{}/..", srv.allowed_root.path().display()),
         srv.allowed_root.path().join("sneaky").display().to_string(),
     ] {
-        let err = c
-            .create_session(pb::CreateSessionRequest {
-                workspace_path: path.clone(),
-                ttl_seconds: 0,
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(reason(&err), "PATH_OUTSIDE_WORKSPACE", "{path}: {err:?}");
-    }
-    let err = c
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: srv
-                .allowed_root
-                .path()
-                .join("missing")
-                .display()
-                .to_string(),
+        let req = pb::CreateSessionRequest {
+            workspace_path: path.clone(),
             ttl_seconds: 0,
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(reason(&err), "INVALID_WORKSPACE");
+        };
+        assert_refused(c.create_session(req), "PATH_OUTSIDE_WORKSPACE").await;
+    }
+    let missing = pb::CreateSessionRequest {
+        workspace_path: srv
+            .allowed_root
+            .path()
+            .join("missing")
+            .display()
+            .to_string(),
+        ttl_seconds: 0,
+        ..Default::default()
+    };
+    assert_refused(c.create_session(missing), "INVALID_WORKSPACE").await;
     assert!(
         c.list_sessions(pb::ListSessionsRequest {})
             .await
@@ -228,12 +207,9 @@ async fn session_ceiling_is_enforced() {
             .await
             .unwrap();
     }
-    let err = c
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .unwrap_err();
+    let third = c.create_session(pb::CreateSessionRequest::default());
+    let err = assert_refused(third, "TOO_MANY_SESSIONS").await;
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
-    assert_eq!(reason(&err), "TOO_MANY_SESSIONS");
     srv.stop().await;
 }
 

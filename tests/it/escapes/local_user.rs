@@ -1,0 +1,146 @@
+//! Another user of the host (`nobody` here): a set-id file a command
+//! planted is useless to them, the service's state and workspaces are
+//! closed to them, and a state directory they prepared is refused.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common;
+use crate::common::{TestServer, run};
+
+/// Runs `script` as `nobody` (uid 65534), the unprivileged local user.
+fn as_nobody(script: &str) -> std::process::Output {
+    Command::new("su")
+        .args(["nobody", "-s", "/bin/sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+/// A set-user-id shell planted by a command is of no use to another user of
+/// the host: the workspace is not reachable by them, and its filesystem
+/// ignores set-id bits anyway.
+#[tokio::test]
+async fn planted_setuid_files_are_useless_on_the_host() {
+    let srv = TestServer::with_docker().await;
+    let (sid, ws) = srv.session().await;
+    let plant = "cp /bin/sh suidsh && chmod 4755 suidsh && mkdir sgid && chmod 2777 sgid && cp /bin/sh sgid/sh && chmod 6755 sgid/sh && ls -l suidsh sgid/sh";
+    let ran = run(&srv.client, &sid, plant, 20_000).await;
+    assert_eq!(ran.exit.exit_code, 0, "{}", ran.stderr());
+    assert!(ran.stdout().contains("rws"), "{}", ran.stdout());
+    for file in ["suidsh", "sgid/sh"] {
+        let path = ws.join(file);
+        // Another user cannot even reach it...
+        let out = Command::new("su")
+            .args(["nobody", "-s", "/bin/sh", "-c"])
+            .arg(format!("{} -p -c id", path.display()))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "nobody ran {file}: {said}");
+        assert!(!said.contains("euid="), "{said}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Permission denied"), "{err}");
+    }
+    // ...and the filesystem holding it is mounted nosuid, on the host and in
+    // the container.
+    let st = rustix::fs::statvfs(&ws).unwrap();
+    assert!(st.f_flag.contains(rustix::fs::StatVfsMountFlags::NOSUID));
+    let mounts = run(
+        &srv.client,
+        &sid,
+        "grep ' /workspace ' /proc/mounts",
+        20_000,
+    )
+    .await;
+    assert!(mounts.stdout().contains("nosuid"), "{}", mounts.stdout());
+    // Even root's copy of the path to the workspace passes only through
+    // directories closed to others.
+    let mut dir = ws.parent();
+    let mut closed = false;
+    while let Some(d) = dir {
+        if std::fs::metadata(d).unwrap().mode() & 0o011 == 0 {
+            closed = true;
+            break;
+        }
+        dir = d.parent();
+    }
+    assert!(
+        closed,
+        "some directory above the workspace is closed to others"
+    );
+    srv.stop().await;
+}
+
+/// Another user of the host can neither list the sessions, nor reach a
+/// supervisor's socket, nor a workspace, while commands run.
+#[tokio::test]
+async fn another_local_user_cannot_reach_the_service_state() {
+    let srv = TestServer::with_docker().await;
+    let (sid, ws) = srv.session().await;
+    run(&srv.client, &sid, "echo secret > notes.txt", 20_000).await;
+    let state = srv.state_dir();
+    assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o777, 0o700);
+    // While a command runs (and whenever a socket might exist).
+    let client = srv.client.clone();
+    let id = sid.clone();
+    let running =
+        tokio::spawn(async move { run(&client, &id, "sleep 3; echo done", 20_000).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for script in [
+        format!("ls {}", state.display()),
+        format!("ls {}/run", state.display()),
+        format!("ls {}/run/{sid}", state.display()),
+        format!("cat {}/notes.txt", ws.display()),
+        format!(
+            "python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect(\"{}/run/{sid}/sock\")'",
+            state.display()
+        ),
+    ] {
+        let out = as_nobody(&script);
+        assert!(!out.status.success(), "nobody could: {script}: {out:?}");
+    }
+    assert_eq!(running.await.unwrap().stdout(), "done\n");
+    srv.stop().await;
+}
+
+/// A state directory another user prepared (say in /tmp, before the
+/// service starts) is refused, and so is one with an open mode: the service
+/// will not start on it.
+#[tokio::test]
+async fn the_service_refuses_a_state_directory_another_user_controls() {
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let planted = base.path().join("state");
+    let made = as_nobody(&format!(
+        "mkdir -m 700 {0} && mkdir -m 777 {0}/run {0}/workspaces",
+        planted.display()
+    ));
+    assert!(made.status.success(), "{made:?}");
+    let serve = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "0"])
+            .args(["--docker-host", common::NO_DOCKER])
+            .arg("--state-dir")
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let out = serve(&planted);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unsafe") && err.contains("owned by uid 65534"),
+        "{err}"
+    );
+    // Nothing of the service's went in there.
+    assert!(!planted.join("volumes").exists());
+    // An open mode is refused too, with the fix named.
+    let open = base.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = serve(&open);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 700"));
+}
