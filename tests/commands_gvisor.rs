@@ -7,7 +7,7 @@
 // binary checks that all of it is used).
 #[path = "it/common/mod.rs"]
 pub mod common;
-#[path = "it/commands/suite.rs"]
+#[path = "it/commands/suite/mod.rs"]
 pub mod suite;
 
 mod gvisor {
