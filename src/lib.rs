@@ -18,6 +18,7 @@ pub mod error;
 pub mod journal;
 pub mod pb;
 pub mod policy;
+pub mod provision;
 pub mod sandbox;
 pub mod server;
 pub mod service;
