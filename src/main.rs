@@ -1,11 +1,8 @@
 //! The `sandboxd` binary: `serve` runs the service; the other verbs are a
 //! small client for people and scripts.
 
-mod bench;
 mod cli;
-mod demo;
 mod local;
-mod terminal;
 
 use std::process::ExitCode;
 

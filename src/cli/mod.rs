@@ -2,6 +2,10 @@
 //! service and print readable results. A refusal prints its reason and
 //! message and exits non-zero.
 
+mod bench;
+mod demo;
+mod terminal;
+
 use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,7 +22,7 @@ use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-use crate::terminal::Console;
+use terminal::Console;
 
 /// Where the client verbs print: every line that carries text the sandboxed
 /// side controls goes through it.
@@ -85,7 +89,7 @@ enum Command {
     /// code, fix it with an edit, run the tests again (green).
     Demo,
     /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
-    Bench(crate::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Waits forever: the main process of a container whose image may have
     /// nothing but a shell (started by the service, not by people).
     #[command(hide = true)]
@@ -467,8 +471,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             println!("{}", sandboxd::sandbox::image::default_image());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo => crate::demo::run().await,
-        Command::Bench(args) => crate::bench::run(args).await,
+        Command::Demo => demo::run().await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },
