@@ -12,12 +12,9 @@ use sandboxd::session::defaults;
 use tonic_types::StatusExt;
 
 use super::connect::Client;
+use super::print::Stdio;
 use super::terminal::Console;
 use super::{AnyError, EXIT_FAILURE, connect, print, token};
-
-/// Where the client verbs print: every line that carries text the sandboxed
-/// side controls goes through it.
-pub type Stdio = Console<std::io::Stdout, std::io::Stderr>;
 
 /// Exit code of `run` when the command timed out (as timeout(1) exits).
 const EXIT_TIMED_OUT: u8 = 124;

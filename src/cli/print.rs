@@ -4,7 +4,11 @@
 
 use sandboxd::pb;
 
-use super::client::Stdio;
+use super::terminal::Console;
+
+/// Where the client verbs print: every line that carries text the sandboxed
+/// side controls goes through it.
+pub type Stdio = Console<std::io::Stdout, std::io::Stderr>;
 
 /// Prints the end of a streamed command: the kept tail of a stream whose
 /// middle was cut, the service's notes, and the summary line.
