@@ -348,7 +348,7 @@ async fn call(
             let session_id = id.map_or_else(need_session, Ok)?;
             c.reset_sandbox(pb::ResetSandboxRequest { session_id })
                 .await
-                .map(|r| println!("{}", r.into_inner().message))
+                .map(|r| con.out(format_args!("{}\n", r.into_inner().message)))
         }
         Verb::Session(SessionCommand::Close { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;

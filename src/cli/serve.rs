@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::Args;
 use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::guard::SlipGuard;
-use sandboxd::sandbox::{Limits, Runtime};
+use sandboxd::sandbox::{Limits, Runtime, runsc};
 use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 
 use super::token::{LISTEN_FILE, TOKEN_FILE, make_token};
@@ -219,6 +219,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         sandbox.default_image = image;
     }
     sandbox.allowed_images = args.allow_images;
+    let wants_runsc = args.container_runtime.as_deref() == Some(runsc::NAME);
     sandbox.runtime = args.container_runtime;
     sandbox.default_limits = Limits {
         memory_bytes: args.memory_bytes,
@@ -311,6 +312,11 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             match registry.sweep_leaked().await {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot sweep leaked containers"),
+            }
+            if wants_runsc {
+                // Asked for gVisor: without it, start nothing rather than
+                // fail every command later.
+                runsc::ensure_registered(&docker).await?;
             }
             if let Err(e) = runtime.ensure_image(&default_image).await {
                 tracing::warn!(error = %e, "the default image is not ready; commands will fail until it is");
