@@ -183,6 +183,18 @@ fn millis(d: Duration) -> u64 {
     d.as_millis() as u64
 }
 
+/// A time in a field counted in seconds.
+fn secs(d: Duration) -> u64 {
+    d.as_secs()
+}
+
+impl Config {
+    /// The idle timeout of a session asking for `asked`.
+    pub(super) fn ttl(&self, asked: Duration) -> Result<Duration, Error> {
+        pick("ttl_seconds", asked, self.default_ttl, self.max_ttl, secs)
+    }
+}
+
 impl SandboxConfig {
     /// Limits for a request: defaults for zero fields, refused above the
     /// ceilings. A lent directory has no disk quota (it is not the
@@ -293,6 +305,19 @@ mod tests {
                 asked: 60_001,
                 max: 60_000
             })
+        ));
+    }
+
+    #[test]
+    fn a_ttl_above_the_ceiling_is_refused_not_lowered() {
+        let config = Config::new(PathBuf::from("/nonexistent"));
+        let max = Duration::from_secs(defaults::MAX_TTL_SECS);
+        assert_eq!(config.ttl(Duration::ZERO).unwrap(), config.default_ttl);
+        assert_eq!(config.ttl(max).unwrap(), max);
+        assert!(matches!(
+            config.ttl(max + Duration::from_secs(1)),
+            Err(Error::LimitExceeded { what: "ttl_seconds", asked, max: m })
+                if asked == defaults::MAX_TTL_SECS + 1 && m == defaults::MAX_TTL_SECS
         ));
     }
 }

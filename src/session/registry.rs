@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use super::config::Config;
 use super::error::{Error, StartError};
@@ -98,10 +98,7 @@ impl Registry {
             )
             .map_err(Error::InvalidPolicy)?,
         );
-        let ttl = match req.ttl {
-            Duration::ZERO => self.config.default_ttl,
-            ttl => ttl.min(self.config.max_ttl),
-        };
+        let ttl = self.config.ttl(req.ttl)?;
         let cfg = &self.config.sandbox;
         let image = req.image.unwrap_or_else(|| cfg.default_image.clone());
         if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
