@@ -2,7 +2,8 @@
 //! that runs its commands, the policy bounding both, and the journal of
 //! every call; the registry opens, finds, reaps and closes them.
 //!
-//! One job per file; each uses only files listed after it:
+//! One job per file; each uses only files listed after it (the crate's
+//! `layers` test checks this):
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
 //! - `pool`: warm sessions-to-be, kept ready;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
