@@ -22,8 +22,9 @@
 //! 6. `workspace`: the host-side file tools, confined to the workspace.
 //! 7. `policy`: the one place deciding what a session may write and run.
 //! 8. `sandbox`: containers, and the commands run in them.
-//! 9. `state`, `pb`: the service's private state directory, touched through
-//!    directory fds; the generated wire types, which only layers 1 and 2
+//! 9. `state`, `provision`, `pb`: the service's private state directory,
+//!    touched through directory fds; the host programs it needs, installed
+//!    when missing; the generated wire types, which only layers 1 and 2
 //!    use.
 
 #![warn(missing_docs)]
