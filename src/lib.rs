@@ -2,23 +2,42 @@
 //! safely. It applies exact-match edits to a workspace directory and (in the
 //! sandbox layer) runs commands in throwaway, no-network containers.
 //!
-//! Layers, one way: `service` (wire) -> `session` -> `workspace` (host files)
-//! and `sandbox` (containers). `session` holds each session's `policy` (the
-//! one place deciding what it may write and run), its audit `journal`, and
-//! its `volume`: where its workspace lives on the host (its own quota'd
-//! filesystem, or a pin of a lent directory), inside the service's private
-//! `state` directory.
-//! Only `service` and `convert` see generated `pb` types; `error` holds the
-//! one mapping from domain errors to gRPC statuses.
+//! Layers, top to bottom; each module uses only modules in layers below its
+//! own, so the dependencies go one way (the `layers` test checks the code
+//! against this list):
+//!
+//! 1. `server`: the gRPC server: listeners, TLS, bearer tokens, the idle
+//!    reaper, shutdown.
+//! 2. `service`, `convert`: the tonic adapter (unpack the request, call the
+//!    domain, pack the reply) and every conversion between generated `pb`
+//!    types and domain types.
+//! 3. `error`: what gRPC callers are told: domain errors as statuses with a
+//!    stable reason.
+//! 4. `session`: the top of the domain: the registry, each session's tools
+//!    (every call journaled), and the one table of what a caller is told
+//!    about each domain error.
+//! 5. `journal`, `volume`: a session's audit journal; where its workspace
+//!    lives on the host (its own quota'd filesystem, or a pin of a lent
+//!    directory).
+//! 6. `workspace`: the host-side file tools, confined to the workspace.
+//! 7. `policy`: the one place deciding what a session may write and run.
+//! 8. `sandbox`: containers, and the commands run in them.
+//! 9. `state`, `provision`, `pb`: the service's private state directory,
+//!    touched through directory fds; the host programs it needs, installed
+//!    when missing; the generated wire types, which only layers 1 and 2
+//!    use.
 
 #![warn(missing_docs)]
 
 pub mod convert;
 pub mod error;
 pub mod journal;
+#[cfg(test)]
+mod layers;
 pub mod local;
 pub mod pb;
 pub mod policy;
+pub mod provision;
 pub mod sandbox;
 pub mod server;
 pub mod service;

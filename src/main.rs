@@ -1,20 +1,21 @@
 //! The `sandboxd` binary: `serve` runs the service; the other verbs are a
-//! small client for people and scripts.
+//! small client for people and scripts. What only the binary uses lives
+//! under `cli`; this file parses the command line, starts the runtime the
+//! verb needs and dispatches.
 
-mod bench;
 mod cli;
-mod demo;
-mod terminal;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
+use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = Cli::parse();
     // The in-container supervisor relays frames and waits on children: one
     // thread does it with the least latency and the fewest pids.
-    let runtime = if args.is_supervisor() {
+    let runtime = if matches!(args.command, Command::Supervise { .. } | Command::Idle) {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -28,5 +29,33 @@ fn main() -> ExitCode {
             return ExitCode::from(cli::EXIT_FAILURE);
         }
     };
-    runtime.block_on(cli::run(args))
+    runtime.block_on(run(args))
+}
+
+/// Runs the parsed command line.
+async fn run(args: Cli) -> ExitCode {
+    cli::warn_token_on_command_line();
+    let result = match args.command {
+        Command::Serve(serve) => cli::serve::serve(*serve, args.token).await,
+        Command::Image(image) => cli::image::run(image).await,
+        Command::Demo => cli::demo::run().await,
+        Command::Bench(bench) => cli::bench::run(bench).await,
+        Command::Idle => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+        Command::Supervise { connect, user } => {
+            sandboxd::sandbox::supervise::supervise(connect, user)
+                .await
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(Into::into)
+        }
+        Command::Client(verb) => cli::client::run(args.target, args.token, verb).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(cli::EXIT_FAILURE)
+        }
+    }
 }

@@ -126,8 +126,8 @@ impl Sandbox for SandboxService {
 
     async fn run_command(&self, req: Request<pb::RunCommandRequest>) -> Reply<EventStream> {
         let r = req.into_inner();
-        let session_id = r.session_id.clone();
-        let events = self.registry.run_command(&session_id, r.into()).await?;
+        let session = self.registry.get(&r.session_id)?;
+        let events = session.run_command(r.into()).await?;
         let stream = ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e)));
         Ok(Response::new(Box::pin(stream)))
     }

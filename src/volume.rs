@@ -114,14 +114,21 @@ pub struct Volume {
 
 impl Volumes {
     /// The volumes under `state`; `can_mount` when the service runs as root.
+    /// Blocking: a root service first installs mkfs.ext4 and mount if the
+    /// host lacks them (see [`crate::provision`]).
     pub fn open(state: &StateDir) -> Result<Volumes, Error> {
+        let can_mount = rustix::process::geteuid().is_root();
+        if can_mount {
+            crate::provision::ensure(&[crate::provision::MKFS_EXT4, crate::provision::MOUNT])
+                .map_err(|e| Error::Create(e.to_string()))?;
+        }
         Ok(Volumes {
             inner: Arc::new(Inner {
                 workspaces: state.subdir("workspaces")?,
                 images: state.subdir("volumes")?,
                 pins: state.subdir("pins")?,
                 run: state.subdir("run")?,
-                can_mount: rustix::process::geteuid().is_root(),
+                can_mount,
             }),
         })
     }

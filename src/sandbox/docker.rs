@@ -77,6 +77,23 @@ impl DockerRuntime {
             .map_err(|e| Error::Connect(e.to_string()))
     }
 
+    /// The engine's address as configured (`None`: `DOCKER_HOST` or the
+    /// local socket).
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    /// Names of the container runtimes the engine knows (`runc`, `runsc`...).
+    pub async fn runtimes(&self) -> Result<Vec<String>, Error> {
+        let info = self
+            .client()
+            .await?
+            .info()
+            .await
+            .map_err(|e| Error::Connect(e.to_string()))?;
+        Ok(info.runtimes.unwrap_or_default().into_keys().collect())
+    }
+
     /// One plain Engine API exec run to its end (create, start attached,
     /// drain, inspect): the baseline the benchmark compares against.
     /// Returns the exit code and the bytes of output drained.

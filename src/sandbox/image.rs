@@ -26,18 +26,18 @@ pub fn default_image() -> String {
     format!("{REPOSITORY}:{}", default_tag())
 }
 
-/// Runs the recipe to fill `rootfs` (needs root and debootstrap).
+/// Runs the recipe to fill `rootfs` (needs root, and debootstrap, which it
+/// installs when missing and allowed: see [`crate::provision`]).
 pub async fn build_rootfs(rootfs: &Path) -> Result<(), Error> {
     let fail = |why: String| Error::BuildImage {
         image: default_image(),
         why,
     };
-    if which("debootstrap").is_none() {
-        return Err(fail(
-            "debootstrap is not installed; install it (apt-get install debootstrap) and retry"
-                .into(),
-        ));
-    }
+    // A fresh Debian machine has no debootstrap: install it (or say how).
+    tokio::task::spawn_blocking(|| crate::provision::ensure(&[crate::provision::DEBOOTSTRAP]))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))?;
     tracing::info!(image = %default_image(), "building the default sandbox image (about a minute)");
     let out = tokio::process::Command::new("/bin/sh")
         .arg("-c")
@@ -63,14 +63,6 @@ pub async fn build_rootfs(rootfs: &Path) -> Result<(), Error> {
         )));
     }
     Ok(())
-}
-
-fn which(program: &str) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

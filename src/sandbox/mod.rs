@@ -12,6 +12,7 @@ pub mod frames;
 pub mod guard;
 pub mod image;
 pub mod run;
+pub mod runsc;
 pub mod supervise;
 pub mod supervisor;
 

@@ -1,9 +1,9 @@
 //! The integration tests: the service over real gRPC, in process (see
-//! `common`), and real Docker where commands run. One binary, one module
-//! per area, so the support code is compiled once and every test in it is
-//! checked to be used. Tests that must be alone in their process have their
-//! own binaries: `flood` and `walk_cost` measure the process's memory, and
-//! `commands_gvisor` needs the gVisor runtime.
+//! `common`), and real Docker where commands run. One binary with one
+//! module per area: the shared support is compiled once, and anything in it
+//! that no test uses is reported. Three binaries stand apart: `flood` and
+//! `walk_cost` measure their own process, which no other test may share,
+//! and `gvisor` needs the gVisor runtime registered with Docker.
 
 mod common;
 
@@ -21,4 +21,5 @@ mod lifecycle;
 mod policy;
 mod report;
 mod sessions;
+mod ttl_ceiling;
 mod walk;

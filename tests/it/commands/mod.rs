@@ -1,6 +1,6 @@
 //! RunCommand against the real Docker daemon, the whole suite once per way
 //! commands reach their container. Under gVisor it runs in its own binary
-//! (`tests/commands_gvisor.rs`), which needs that runtime on the host.
+//! (`tests/gvisor.rs`), which needs that runtime on the host.
 
 mod suite;
 

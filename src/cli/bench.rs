@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::session::defaults;
 use tonic::transport::Channel;
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+use super::AnyError;
 type Client = SandboxClient<Channel>;
 
 /// Options of one run.
@@ -72,8 +73,8 @@ fn verdict(met: bool, what: &str) -> String {
 
 /// Runs every figure and writes the report.
 pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
-    // As `serve` defaults: a warm pool of 4.
-    let pool_size = 4;
+    // The warm pool `serve` keeps by default.
+    let pool_size = defaults::POOL_SIZE;
     let projects = tempfile::tempdir()?;
     // Lent directories must lie under a directory closed to others.
     std::fs::set_permissions(

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use tonic::transport::Channel;
 
-type AnyError = Box<dyn std::error::Error + Send + Sync>;
+use super::AnyError;
+use super::print::exit_summary;
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
 const TESTS: &str = "import unittest\n\nfrom calc import add, mul\n\n\nclass CalcTest(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n\n\nif __name__ == \"__main__\":\n    unittest.main()\n";
@@ -116,7 +117,7 @@ async fn run_card(c: &mut SandboxClient<Channel>, sid: &str, n: usize) -> Result
                 n,
                 &format!("RunCommand `{TEST_COMMAND}`"),
                 &body,
-                &crate::cli::exit_summary(&exit),
+                &exit_summary(&exit),
             );
             return Ok(exit.exit_code);
         }

@@ -10,6 +10,6 @@ pub mod common;
 #[path = "it/commands/suite/mod.rs"]
 pub mod suite;
 
-mod gvisor {
+mod commands {
     super::suite::stamp!(crate::common::Mode::Gvisor);
 }

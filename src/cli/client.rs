@@ -1,0 +1,520 @@
+//! The client verbs: each calls a running service once and prints the
+//! result through a [`Console`] (see `print`). A refusal prints its reason
+//! and message and exits non-zero; `run` exits with the command's own code.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use sandboxd::pb;
+use sandboxd::session::defaults;
+use tonic_types::StatusExt;
+
+use super::connect::Client;
+use super::print::Stdio;
+use super::terminal::Console;
+use super::{AnyError, EXIT_FAILURE, connect, print, token};
+
+/// Exit code of `run` when the command timed out (as timeout(1) exits).
+const EXIT_TIMED_OUT: u8 = 124;
+
+/// Which service the client verbs call, and which session they act on
+/// (global flags: they may follow any verb).
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Address of the service, for client verbs: http://HOST:PORT,
+    /// https://HOST:PORT (with --ca-cert) or unix:/PATH.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOXD_ADDR",
+        default_value = defaults::ADDR
+    )]
+    addr: String,
+    /// CA certificate (PEM) that signed the service's TLS certificate, for
+    /// https:// addresses.
+    #[arg(long, global = true, env = "SANDBOXD_CA_CERT")]
+    ca_cert: Option<PathBuf>,
+    /// Session to act on, for file verbs.
+    #[arg(short, long, global = true, env = "SANDBOXD_SESSION")]
+    session: Option<String>,
+}
+
+/// The client verbs, flattened into the top-level command.
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Run a shell command in the session's container, streaming its
+    /// output; exits with the command's exit code (124 on timeout).
+    // Listed right after `serve` (see `super::Command`).
+    #[command(display_order = 1)]
+    Run {
+        /// Working directory relative to the workspace.
+        #[arg(long, default_value = "")]
+        cwd: String,
+        // The number is the service's built-in default, from where it is
+        // written once.
+        #[arg(long, default_value_t = 0, help = format!(
+            "Timeout in milliseconds (0: server default, {} s)",
+            defaults::TIMEOUT_MS / 1000
+        ))]
+        timeout_ms: u64,
+        /// Extra environment, KEY=VALUE (repeatable).
+        #[arg(long = "env", value_parser = parse_key_value)]
+        env: Vec<(String, String)>,
+        // As for --timeout-ms.
+        #[arg(long, default_value_t = 0, help = format!(
+            "Characters kept per stream (0: server default, {})",
+            defaults::OUTPUT_CAP
+        ))]
+        cap: u64,
+        /// The command (joined with spaces, run by /bin/sh -c).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Create, inspect, list and close sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Print lines of a file, numbered.
+    Read {
+        /// Workspace-relative path.
+        path: String,
+        /// First line (1-based).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        /// Number of lines (0: server default).
+        #[arg(long, default_value_t = 0)]
+        limit: u64,
+        /// Print the content only, without numbers or summary (on a
+        /// terminal, control characters are still shown, not sent).
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Create a new file from --content, --from or standard input.
+    Create {
+        /// Workspace-relative path.
+        path: String,
+        /// File content.
+        #[arg(long, conflicts_with = "from")]
+        content: Option<String>,
+        /// Read the content from this local file.
+        #[arg(long)]
+        from: Option<PathBuf>,
+    },
+    /// Replace exact text in a file. Repeat --old/--new for several edits.
+    Edit {
+        /// Workspace-relative path.
+        path: String,
+        /// Exact text to replace.
+        #[arg(long = "old", required = true)]
+        old: Vec<String>,
+        /// Replacement text (one per --old).
+        #[arg(long = "new", required = true)]
+        new: Vec<String>,
+        /// Replace every occurrence.
+        #[arg(long)]
+        replace_all: bool,
+        /// Refuse unless the file still has this sha256 (from `read`).
+        #[arg(long)]
+        expected_sha256: Option<String>,
+    },
+    /// List a directory.
+    Ls {
+        /// Workspace-relative directory.
+        #[arg(default_value = "")]
+        path: String,
+    },
+    /// Find files by glob.
+    Find {
+        /// Glob, e.g. "*.py" or "src/**/*.rs".
+        pattern: String,
+        /// Directory to search under.
+        #[arg(long, default_value = "")]
+        path: String,
+        /// Maximum results (0: server default).
+        #[arg(long, default_value_t = 0)]
+        limit: u64,
+    },
+    /// Show the session's audit journal: files written, commands run,
+    /// refused calls, and how they compare with a plan.
+    Report {
+        /// A file you planned to change (repeatable).
+        #[arg(long = "planned")]
+        planned: Vec<String>,
+        /// A command whose run after the last write verifies the change,
+        /// e.g. "pytest -q" (matched whole, whitespace collapsed: "pytest
+        /// --co" does not count as "pytest").
+        #[arg(long)]
+        verify: Option<String>,
+        /// Also print every journal entry.
+        #[arg(long)]
+        journal: bool,
+    },
+    /// Search file contents with a regular expression.
+    Grep {
+        /// Regular expression.
+        pattern: String,
+        /// Directory or file to search.
+        #[arg(default_value = "")]
+        path: String,
+        /// Only files matching this glob.
+        #[arg(long, default_value = "")]
+        glob: String,
+        /// Case-insensitive.
+        #[arg(short = 'i', long)]
+        ignore_case: bool,
+        /// Maximum matches (0: server default).
+        #[arg(long, default_value_t = 0)]
+        limit: u64,
+    },
+}
+
+/// Parses `--env KEY=VALUE`.
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+/// The verbs of `sandboxd session`.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Open a session; prints its id.
+    Create {
+        /// Existing host directory to work in (must be under an allowed root).
+        #[arg(long)]
+        workspace: Option<String>,
+        /// Idle timeout in seconds (0: server default).
+        #[arg(long, default_value_t = 0)]
+        ttl: u64,
+        /// Print only the session id.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Image (default: the service's default image).
+        #[arg(long, default_value = "")]
+        image: String,
+        /// Reading, listing and searching only: no writes, no commands.
+        #[arg(long)]
+        read_only: bool,
+        /// Glob of paths the file tools must not write, e.g. "tests/**"
+        /// (repeatable).
+        #[arg(long = "deny-write")]
+        deny_writes: Vec<String>,
+        /// Allow writes only to paths matching these globs (repeatable); a
+        /// deny always wins.
+        #[arg(long = "allow-write")]
+        allow_writes: Vec<String>,
+        /// Extra regular expression the slip guard refuses (repeatable).
+        #[arg(long = "guard-pattern")]
+        guard_patterns: Vec<String>,
+        /// Disk quota of a fresh workspace, in bytes (0: server default).
+        #[arg(long, default_value_t = 0)]
+        disk_bytes: u64,
+        /// Most files and directories in a fresh workspace (0: server default).
+        #[arg(long, default_value_t = 0)]
+        inodes: u64,
+    },
+    /// Kill the session's sandbox and start a fresh one over the same
+    /// workspace (default: --session): clears anything left running, such
+    /// as a fork bomb or a forgotten server.
+    Reset {
+        /// Session id.
+        id: Option<String>,
+    },
+    /// Show a session (default: --session).
+    Get {
+        /// Session id.
+        id: Option<String>,
+    },
+    /// List open sessions.
+    List,
+    /// Close a session (default: --session).
+    Close {
+        /// Session id.
+        id: Option<String>,
+    },
+}
+
+/// Runs one client verb against `target`, printing through a [`Console`]
+/// over stdout and stderr. Without a token, the one a service of this user
+/// made for exactly that address is sent (see `token`).
+pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<ExitCode, AnyError> {
+    let token = token.or_else(|| token::local_token(&target.addr));
+    let mut con = Console::stdio();
+    let code = match call(target, token, verb, &mut con).await {
+        Ok(code) => code,
+        // Printed here, not by the caller: the error may echo what the
+        // service sent, and it must start on a line of its own.
+        Err(e) => {
+            con.status(format_args!("error: {e}"));
+            ExitCode::from(EXIT_FAILURE)
+        }
+    };
+    con.finish()
+        .map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(code)
+}
+
+/// Connects, makes the verb's call and prints its result; a refusal prints
+/// its reason and message.
+async fn call(
+    target: Target,
+    token: Option<String>,
+    verb: Verb,
+    con: &mut Stdio,
+) -> Result<ExitCode, AnyError> {
+    let Target {
+        addr,
+        ca_cert,
+        session,
+    } = target;
+    let mut c = connect::client(&addr, ca_cert.as_deref(), token).await?;
+    let need_session = || {
+        session
+            .clone()
+            .ok_or("no session: pass --session ID or set SANDBOXD_SESSION")
+    };
+    let outcome = match verb {
+        Verb::Run {
+            cwd,
+            timeout_ms,
+            env,
+            cap,
+            command,
+        } => {
+            let req = pb::RunCommandRequest {
+                session_id: need_session()?,
+                command: command.join(" "),
+                cwd,
+                timeout_ms,
+                env: env.into_iter().collect(),
+                stdout_cap: cap,
+                stderr_cap: cap,
+            };
+            match run_streaming(&mut c, req, con).await {
+                Ok(code) => return Ok(code),
+                Err(status) => Err(status),
+            }
+        }
+        Verb::Session(SessionCommand::Create {
+            workspace,
+            ttl,
+            quiet,
+            image,
+            read_only,
+            deny_writes,
+            allow_writes,
+            guard_patterns,
+            disk_bytes,
+            inodes,
+        }) => c
+            .create_session(pb::CreateSessionRequest {
+                workspace_path: workspace.unwrap_or_default(),
+                ttl_seconds: ttl,
+                image,
+                limits: (disk_bytes != 0 || inodes != 0).then_some(pb::Limits {
+                    disk_bytes,
+                    inodes,
+                    ..Default::default()
+                }),
+                policy: Some(pb::Policy {
+                    read_only,
+                    deny_writes,
+                    allow_writes,
+                    guard_patterns,
+                }),
+                ..Default::default()
+            })
+            .await
+            .map(|r| {
+                let s = r.into_inner();
+                if quiet {
+                    con.out(format_args!("{}\n", s.session_id));
+                } else {
+                    print::session(con, &s);
+                }
+            }),
+        Verb::Session(SessionCommand::Get { id }) => {
+            let session_id = id.map_or_else(need_session, Ok)?;
+            c.get_session(pb::GetSessionRequest { session_id })
+                .await
+                .map(|r| print::session(con, &r.into_inner()))
+        }
+        Verb::Session(SessionCommand::List) => c
+            .list_sessions(pb::ListSessionsRequest {})
+            .await
+            .map(|r| print::sessions(con, &r.into_inner())),
+        Verb::Session(SessionCommand::Reset { id }) => {
+            let session_id = id.map_or_else(need_session, Ok)?;
+            c.reset_sandbox(pb::ResetSandboxRequest { session_id })
+                .await
+                .map(|r| con.out(format_args!("{}\n", r.into_inner().message)))
+        }
+        Verb::Session(SessionCommand::Close { id }) => {
+            let session_id = id.map_or_else(need_session, Ok)?;
+            c.close_session(pb::CloseSessionRequest { session_id })
+                .await
+                .map(|r| con.out(format_args!("{}\n", r.into_inner().message)))
+        }
+        Verb::Read {
+            path,
+            offset,
+            limit,
+            raw,
+        } => c
+            .read_file(pb::ReadFileRequest {
+                session_id: need_session()?,
+                path,
+                offset,
+                limit,
+            })
+            .await
+            .map(|r| print::read(con, &r.into_inner(), raw)),
+        Verb::Create {
+            path,
+            content,
+            from,
+        } => {
+            let content = match (content, from) {
+                (Some(text), _) => text,
+                (None, Some(file)) => std::fs::read_to_string(file)?,
+                (None, None) => {
+                    let mut text = String::new();
+                    std::io::stdin().read_to_string(&mut text)?;
+                    text
+                }
+            };
+            c.create_file(pb::CreateFileRequest {
+                session_id: need_session()?,
+                path,
+                content,
+            })
+            .await
+            .map(|r| print::created(con, &r.into_inner()))
+        }
+        Verb::Edit {
+            path,
+            old,
+            new,
+            replace_all,
+            expected_sha256,
+        } => {
+            if old.len() != new.len() {
+                return Err(format!(
+                    "{} --old but {} --new: give one --new per --old",
+                    old.len(),
+                    new.len()
+                )
+                .into());
+            }
+            let edits = old
+                .into_iter()
+                .zip(new)
+                .map(|(old_string, new_string)| pb::Edit {
+                    old_string,
+                    new_string,
+                    replace_all,
+                })
+                .collect();
+            c.edit_file(pb::EditFileRequest {
+                session_id: need_session()?,
+                path,
+                edits,
+                expected_sha256: expected_sha256.unwrap_or_default(),
+            })
+            .await
+            .map(|r| print::edited(con, &r.into_inner()))
+        }
+        Verb::Ls { path } => c
+            .list_dir(pb::ListDirRequest {
+                session_id: need_session()?,
+                path,
+            })
+            .await
+            .map(|r| print::dir(con, &r.into_inner())),
+        Verb::Find {
+            pattern,
+            path,
+            limit,
+        } => c
+            .find_files(pb::FindFilesRequest {
+                session_id: need_session()?,
+                pattern,
+                path,
+                limit,
+            })
+            .await
+            .map(|r| print::found(con, &r.into_inner())),
+        Verb::Report {
+            planned,
+            verify,
+            journal,
+        } => c
+            .get_session_report(pb::GetSessionReportRequest {
+                session_id: need_session()?,
+                planned_files: planned,
+                verification_command: verify.unwrap_or_default(),
+            })
+            .await
+            .map(|r| print::report(con, &r.into_inner(), journal)),
+        Verb::Grep {
+            pattern,
+            path,
+            glob,
+            ignore_case,
+            limit,
+        } => c
+            .search_files(pb::SearchFilesRequest {
+                session_id: need_session()?,
+                pattern,
+                path,
+                glob,
+                case_insensitive: ignore_case,
+                limit,
+            })
+            .await
+            .map(|r| print::matches(con, &r.into_inner())),
+    };
+    match outcome {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(status) => {
+            let reason = status
+                .get_details_error_info()
+                .map_or_else(|| format!("{:?}", status.code()), |i| i.reason);
+            con.status(format_args!("refused [{reason}]: {}", status.message()));
+            Ok(ExitCode::from(EXIT_FAILURE))
+        }
+    }
+}
+
+/// Streams a command's output live and returns the exit code to exit with.
+async fn run_streaming(
+    c: &mut Client,
+    req: pb::RunCommandRequest,
+    con: &mut Stdio,
+) -> Result<ExitCode, tonic::Status> {
+    use pb::run_command_event::Event;
+    let mut events = c.run_command(req).await?.into_inner();
+    while let Some(ev) = events.message().await? {
+        match ev.event {
+            Some(Event::Stdout(chunk)) => {
+                con.out(format_args!("{}", chunk.data));
+                con.flush();
+            }
+            Some(Event::Stderr(chunk)) => con.err(format_args!("{}", chunk.data)),
+            Some(Event::Exit(exit)) => {
+                print::exit(con, &exit);
+                let code = if exit.timed_out {
+                    EXIT_TIMED_OUT
+                } else {
+                    exit.exit_code.clamp(0, 255) as u8
+                };
+                return Ok(ExitCode::from(code));
+            }
+            Some(Event::Started(_)) | None => {}
+        }
+    }
+    Err(tonic::Status::unavailable(
+        "the stream ended without an exit event",
+    ))
+}

@@ -1,0 +1,170 @@
+//! The token `serve` makes for itself when it listens on a loopback TCP
+//! port and was given none: every local user can reach such a port, so
+//! without a token any of them could drive every session. `serve` writes it
+//! to its private state directory with the address it is for; a client run
+//! by the same user finds it there and sends it to that address alone.
+
+use sandboxd::session::defaults;
+
+use super::{AnyError, SERVICE_NAME_ENV};
+
+/// The file where `serve` writes the token it made.
+pub const TOKEN_FILE: &str = "token";
+/// The file where `serve` writes the address the token is for.
+pub const LISTEN_FILE: &str = "listen";
+
+/// Makes a fresh token for the service listening on `addr` and writes it
+/// to `<state_dir>/token`, readable by the service's user only, with the
+/// address beside it (the CLI run as that user finds both there).
+pub fn make_token(
+    state_dir: &std::path::Path,
+    addr: &std::net::SocketAddr,
+) -> Result<String, AnyError> {
+    use std::io::Write;
+    let state = sandboxd::state::StateDir::open(state_dir)?;
+    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
+    let token = format!("{a:016x}{b:016x}{c:016x}{d:016x}");
+    for (name, text) in [(LISTEN_FILE, addr.to_string()), (TOKEN_FILE, token.clone())] {
+        state.remove_file(name)?;
+        let mut file = state.create_private(name)?;
+        file.write_all(format!("{text}\n").as_bytes())?;
+        file.sync_all()?;
+    }
+    tracing::info!(
+        file = %state.path().join(TOKEN_FILE).display(),
+        "every call must carry the token in this file (the CLI, run as this user, reads it)"
+    );
+    Ok(token)
+}
+
+/// The token a service on this machine made (see [`make_token`]), for a
+/// client run by the same user. It is sent only to the exact address that
+/// service recorded, and only while a socket of the token's owner listens
+/// there: never to another port, another host, or a port someone else took
+/// after the service stopped.
+pub fn local_token(addr: &str) -> Option<String> {
+    let service = std::env::var(SERVICE_NAME_ENV).unwrap_or_else(|_| defaults::SERVICE_NAME.into());
+    local_token_in(&sandboxd::state::StateDir::default_path(&service), addr)
+}
+
+/// [`local_token`] for the service whose state directory is `dir`.
+fn local_token_in(dir: &std::path::Path, addr: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uri: tonic::transport::Uri = addr.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = host.parse().ok()?;
+    let target = std::net::SocketAddr::new(ip, uri.port_u16()?);
+    if !ip.is_loopback() {
+        return None;
+    }
+    let recorded: std::net::SocketAddr = std::fs::read_to_string(dir.join(LISTEN_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    if recorded != target {
+        return None;
+    }
+    let file = dir.join(TOKEN_FILE);
+    let owner = std::fs::metadata(&file).ok()?.uid();
+    if listener_owner(target) != Some(owner) {
+        return None;
+    }
+    let token = std::fs::read_to_string(file).ok()?.trim().to_string();
+    (!token.is_empty()).then_some(token)
+}
+
+/// The uid owning the TCP socket listening on `addr`, from the kernel's
+/// socket tables.
+fn listener_owner(addr: std::net::SocketAddr) -> Option<u32> {
+    // /proc/net/tcp* name an address as the hex of its bytes in memory
+    // (each 32-bit word in host order) and the port in big-endian hex.
+    let (table, want) = match addr.ip() {
+        std::net::IpAddr::V4(ip) => (
+            "/proc/net/tcp",
+            format!(
+                "{:08X}:{:04X}",
+                u32::from_ne_bytes(ip.octets()),
+                addr.port()
+            ),
+        ),
+        std::net::IpAddr::V6(ip) => {
+            let words: String = ip
+                .octets()
+                .chunks(4)
+                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                .collect();
+            ("/proc/net/tcp6", format!("{words}:{:04X}", addr.port()))
+        }
+    };
+    const LISTEN: &str = "0A";
+    std::fs::read_to_string(table)
+        .ok()?
+        .lines()
+        .skip(1)
+        .find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&LISTEN))
+                .then(|| f.get(7)?.parse().ok())
+                .flatten()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state directory holding a token for `addr`.
+    fn state_for(addr: std::net::SocketAddr) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(TOKEN_FILE), "t0ken\n").unwrap();
+        std::fs::write(dir.path().join(LISTEN_FILE), format!("{addr}\n")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_local_token_goes_only_to_the_recorded_listener_of_its_owner() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dir = state_for(addr);
+        let url = |a: std::net::SocketAddr| format!("http://{a}");
+        assert_eq!(
+            local_token_in(dir.path(), &url(addr)).as_deref(),
+            Some("t0ken")
+        );
+        // Another port, even a listening one of ours: not sent.
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(
+            local_token_in(dir.path(), &url(other.local_addr().unwrap())),
+            None
+        );
+        // A name instead of the address, or another host: not sent.
+        assert_eq!(
+            local_token_in(dir.path(), &format!("http://localhost:{}", addr.port())),
+            None
+        );
+        assert_eq!(local_token_in(dir.path(), "https://example.com:443"), None);
+        // The listener belongs to someone other than the token's owner
+        // (say the service died and another user took its port): not sent.
+        std::os::unix::fs::chown(dir.path().join(TOKEN_FILE), Some(65534), None).unwrap();
+        assert_eq!(local_token_in(dir.path(), &url(addr)), None);
+        let me = rustix::process::geteuid().as_raw();
+        std::os::unix::fs::chown(dir.path().join(TOKEN_FILE), Some(me), None).unwrap();
+        // Nobody listens there any more: not sent.
+        drop(listener);
+        assert_eq!(local_token_in(dir.path(), &url(addr)), None);
+    }
+
+    #[test]
+    fn listener_owners_are_read_from_the_kernel() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        assert_eq!(
+            listener_owner(addr),
+            Some(rustix::process::geteuid().as_raw())
+        );
+        drop(listener);
+        assert_eq!(listener_owner(addr), None);
+    }
+}

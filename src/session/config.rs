@@ -1,0 +1,323 @@
+//! Operator settings for sessions, containers and commands, and the one rule
+//! every request value set under an operator ceiling follows ([`pick`]): 0
+//! means the operator's default, above the ceiling is refused. Refused, not
+//! lowered: a caller that asked for more than it may have learns so, with
+//! the ceiling, instead of silently getting less.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::defaults;
+use super::error::Error;
+use crate::sandbox;
+use crate::sandbox::guard::SlipGuard;
+use crate::workspace::Limits;
+
+/// Operator settings for sessions.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The service's private state directory (fresh workspaces, pins,
+    /// supervisor sockets); created 0700 if missing, refused if unsafe.
+    pub state_dir: PathBuf,
+    /// Existing host directories may be used as workspaces only under these.
+    pub allowed_roots: Vec<PathBuf>,
+    /// Idle timeout when the request says 0.
+    pub default_ttl: Duration,
+    /// Ceiling on a requested idle timeout.
+    pub max_ttl: Duration,
+    /// Ceiling on open sessions.
+    pub max_sessions: usize,
+    /// Deny globs for writes in every session (sessions can add more).
+    pub deny_writes: Vec<String>,
+    /// Directory where each session's journal is appended as JSON lines.
+    pub journal_dir: Option<PathBuf>,
+    /// File tool limits.
+    pub limits: Limits,
+    /// Containers and commands.
+    pub sandbox: SandboxConfig,
+}
+
+/// Operator settings for containers and commands.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Image when the request names none (always allowed).
+    pub default_image: String,
+    /// Further images sessions may name; any other is refused.
+    pub allowed_images: Vec<String>,
+    /// "uid:gid" for containers when the workspace is owned by root.
+    pub default_user: (u32, u32),
+    /// Limits when the request gives none.
+    pub default_limits: sandbox::Limits,
+    /// Ceilings on requested limits.
+    pub max_limits: sandbox::Limits,
+    /// Size of each container's /tmp.
+    pub tmp_bytes: u64,
+    /// Container runtime (e.g. "runsc"); `None` for the engine default.
+    pub runtime: Option<String>,
+    /// Service name: containers of earlier instances with this name are
+    /// removed at startup.
+    pub service: String,
+    /// This process's id, on every container it starts.
+    pub instance: String,
+    /// Command timeout when the request gives none.
+    pub default_timeout: Duration,
+    /// Ceiling on a requested timeout.
+    pub max_timeout: Duration,
+    /// Characters kept per stream when the request gives none.
+    pub default_cap: u64,
+    /// Ceiling on a requested cap.
+    pub max_cap: u64,
+    /// The slip guard.
+    pub guard: SlipGuard,
+    /// Environment of every container; a session's own env overrides it.
+    pub default_env: BTreeMap<String, String>,
+    /// Host path of the static sandboxd binary mounted as the in-container
+    /// supervisor; `None` runs each command as its own Docker exec.
+    pub supervisor: Option<PathBuf>,
+    /// Warm containers kept ready for new fresh-workspace sessions.
+    pub pool_size: usize,
+    /// The supervisor connects to a socket the service listens on (Docker
+    /// on this host only); otherwise frames travel over the supervisor
+    /// exec's stdio.
+    pub socket_link: bool,
+}
+
+impl SandboxConfig {
+    /// Defaults for service `service`.
+    pub fn new(service: &str) -> SandboxConfig {
+        SandboxConfig {
+            default_image: sandbox::image::default_image(),
+            allowed_images: Vec::new(),
+            default_user: (1000, 1000),
+            default_limits: sandbox::Limits {
+                memory_bytes: defaults::MEMORY_BYTES,
+                nano_cpus: defaults::NANO_CPUS,
+                pids: defaults::PIDS,
+                disk_bytes: defaults::DISK_BYTES,
+                inodes: defaults::INODES,
+            },
+            max_limits: sandbox::Limits {
+                memory_bytes: defaults::MAX_MEMORY_BYTES,
+                nano_cpus: defaults::MAX_NANO_CPUS,
+                pids: defaults::MAX_PIDS,
+                disk_bytes: defaults::MAX_DISK_BYTES,
+                inodes: defaults::MAX_INODES,
+            },
+            tmp_bytes: defaults::TMP_BYTES,
+            runtime: None,
+            service: service.to_string(),
+            instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
+            default_timeout: Duration::from_millis(defaults::TIMEOUT_MS),
+            max_timeout: Duration::from_millis(defaults::MAX_TIMEOUT_MS),
+            default_cap: defaults::OUTPUT_CAP,
+            max_cap: defaults::MAX_OUTPUT_CAP,
+            guard: SlipGuard::new(true, &[])
+                .unwrap_or_else(|_| unreachable!("built-in rules compile")),
+            supervisor: None,
+            pool_size: 0,
+            socket_link: false,
+            default_env: BTreeMap::from([
+                ("HOME".to_string(), "/tmp".to_string()),
+                ("LANG".to_string(), "C.UTF-8".to_string()),
+                // Python caches bytecode keyed on the source's mtime in whole
+                // seconds and its size: an edit in the same second as the
+                // last run, keeping the size, would run stale code.
+                ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+            ]),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults suitable for one machine, with state in `state_dir`; no
+    /// existing directories allowed.
+    pub fn new(state_dir: PathBuf) -> Self {
+        Config {
+            state_dir,
+            allowed_roots: Vec::new(),
+            default_ttl: Duration::from_secs(defaults::TTL_SECS),
+            max_ttl: Duration::from_secs(defaults::MAX_TTL_SECS),
+            max_sessions: defaults::MAX_SESSIONS,
+            deny_writes: Vec::new(),
+            journal_dir: None,
+            limits: Limits {
+                max_file_bytes: defaults::MAX_FILE_BYTES,
+                ..Limits::default()
+            },
+            sandbox: SandboxConfig::new(defaults::SERVICE_NAME),
+        }
+    }
+}
+
+/// The value a request gets for `asked`: `default` when it is zero, `asked`
+/// up to `max`, and above `max` a refusal naming `what` (the request field)
+/// with both values shown in the field's unit by `shown`.
+pub(super) fn pick<T: Copy + PartialOrd + Default>(
+    what: &'static str,
+    asked: T,
+    default: T,
+    max: T,
+    shown: fn(T) -> u64,
+) -> Result<T, Error> {
+    if asked == T::default() {
+        Ok(default)
+    } else if asked > max {
+        Err(Error::LimitExceeded {
+            what,
+            asked: shown(asked),
+            max: shown(max),
+        })
+    } else {
+        Ok(asked)
+    }
+}
+
+/// A count, shown as it is.
+fn count(n: u64) -> u64 {
+    n
+}
+
+/// A time in a field counted in milliseconds.
+fn millis(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// A time in a field counted in seconds.
+fn secs(d: Duration) -> u64 {
+    d.as_secs()
+}
+
+impl Config {
+    /// The idle timeout of a session asking for `asked`.
+    pub(super) fn ttl(&self, asked: Duration) -> Result<Duration, Error> {
+        pick("ttl_seconds", asked, self.default_ttl, self.max_ttl, secs)
+    }
+}
+
+impl SandboxConfig {
+    /// Limits for a request: defaults for zero fields, refused above the
+    /// ceilings. A lent directory has no disk quota (it is not the
+    /// service's filesystem), and asking for one there is refused.
+    pub(super) fn limits(
+        &self,
+        asked: sandbox::Limits,
+        lent: bool,
+    ) -> Result<sandbox::Limits, Error> {
+        let (default, max) = (&self.default_limits, &self.max_limits);
+        let limits = sandbox::Limits {
+            memory_bytes: pick(
+                "memory_bytes",
+                asked.memory_bytes,
+                default.memory_bytes,
+                max.memory_bytes,
+                count,
+            )?,
+            nano_cpus: pick(
+                "nano_cpus",
+                asked.nano_cpus,
+                default.nano_cpus,
+                max.nano_cpus,
+                count,
+            )?,
+            pids: pick("pids", asked.pids, default.pids, max.pids, count)?,
+            disk_bytes: pick(
+                "disk_bytes",
+                asked.disk_bytes,
+                default.disk_bytes,
+                max.disk_bytes,
+                count,
+            )?
+            .max(crate::volume::MIN_DISK_BYTES),
+            inodes: pick("inodes", asked.inodes, default.inodes, max.inodes, count)?
+                .max(crate::volume::MIN_INODES),
+        };
+        if !lent {
+            return Ok(limits);
+        }
+        if asked.disk_bytes != 0 || asked.inodes != 0 {
+            return Err(Error::InvalidArgument {
+                field: "limits",
+                why: "disk_bytes and inodes apply to fresh workspaces only: an existing \
+                      directory lives on the host's own filesystem, which the service \
+                      does not size; leave them 0"
+                    .into(),
+            });
+        }
+        Ok(sandbox::Limits {
+            disk_bytes: 0,
+            inodes: 0,
+            ..limits
+        })
+    }
+
+    /// The timeout of a command asking for `asked`.
+    pub(super) fn timeout(&self, asked: Duration) -> Result<Duration, Error> {
+        pick(
+            "timeout_ms",
+            asked,
+            self.default_timeout,
+            self.max_timeout,
+            millis,
+        )
+    }
+
+    /// Characters kept of one output stream (`what`) of a command asking
+    /// for `asked`.
+    pub(super) fn cap(&self, what: &'static str, asked: u64) -> Result<u64, Error> {
+        pick(what, asked, self.default_cap, self.max_cap, count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pick_gives_the_default_for_zero_and_refuses_above_the_ceiling() {
+        assert_eq!(pick("pids", 0, 256, 4096, count).unwrap(), 256);
+        assert_eq!(pick("pids", 1, 256, 4096, count).unwrap(), 1);
+        assert_eq!(pick("pids", 4096, 256, 4096, count).unwrap(), 4096);
+        assert!(matches!(
+            pick("pids", 4097, 256, 4096, count),
+            Err(Error::LimitExceeded {
+                what: "pids",
+                asked: 4097,
+                max: 4096
+            })
+        ));
+        let (default, max) = (Duration::from_secs(30), Duration::from_secs(60));
+        assert_eq!(
+            pick("timeout_ms", Duration::ZERO, default, max, millis).unwrap(),
+            default
+        );
+        assert_eq!(pick("timeout_ms", max, default, max, millis).unwrap(), max);
+        assert!(matches!(
+            pick(
+                "timeout_ms",
+                max + Duration::from_millis(1),
+                default,
+                max,
+                millis
+            ),
+            Err(Error::LimitExceeded {
+                what: "timeout_ms",
+                asked: 60_001,
+                max: 60_000
+            })
+        ));
+    }
+
+    #[test]
+    fn a_ttl_above_the_ceiling_is_refused_not_lowered() {
+        let config = Config::new(PathBuf::from("/nonexistent"));
+        let max = Duration::from_secs(defaults::MAX_TTL_SECS);
+        assert_eq!(config.ttl(Duration::ZERO).unwrap(), config.default_ttl);
+        assert_eq!(config.ttl(max).unwrap(), max);
+        assert!(matches!(
+            config.ttl(max + Duration::from_secs(1)),
+            Err(Error::LimitExceeded { what: "ttl_seconds", asked, max: m })
+                if asked == defaults::MAX_TTL_SECS + 1 && m == defaults::MAX_TTL_SECS
+        ));
+    }
+}

@@ -1,0 +1,108 @@
+//! Why a session call, or the registry itself, fails: the session layer's
+//! own errors. What a caller is told about each lives in [`super::failure`].
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::policy::{Denial, InvalidRules};
+use crate::sandbox::guard::Refusal;
+
+/// Why a session call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No open session has this id.
+    #[error("session {id:?} does not exist")]
+    NotFound {
+        /// The id as given.
+        id: String,
+    },
+    /// The caller named a directory outside every allowed root.
+    #[error("{path} is not under an allowed workspace root")]
+    WorkspaceNotAllowed {
+        /// The path as given.
+        path: String,
+        /// The roots the operator allows.
+        allowed: Vec<PathBuf>,
+    },
+    /// The caller named a directory that holds, or lies in, the service's
+    /// own state.
+    #[error("{path} overlaps the service's state directory")]
+    OverlapsState {
+        /// The path as given.
+        path: String,
+    },
+    /// The caller named a directory that cannot be opened.
+    #[error("workspace {path} cannot be opened: {source}")]
+    OpenWorkspace {
+        /// The path as given.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The service holds its ceiling of sessions.
+    #[error("the service already holds {limit} sessions")]
+    TooMany {
+        /// The ceiling.
+        limit: usize,
+    },
+    /// A fresh workspace directory could not be made.
+    #[error("cannot create a workspace directory: {0}")]
+    CreateWorkspace(io::Error),
+    /// A requested limit is above the operator's ceiling.
+    #[error("{what} {asked} is above the ceiling {max}")]
+    LimitExceeded {
+        /// Which limit.
+        what: &'static str,
+        /// The requested value.
+        asked: u64,
+        /// The ceiling.
+        max: u64,
+    },
+    /// The slip guard refused the command.
+    #[error("command refused: {}", .0.reason)]
+    CommandRefused(Refusal),
+    /// Session policy refuses the call.
+    #[error("refused by policy: {0:?}")]
+    Denied(Denial),
+    /// The requested policy does not compile.
+    #[error(transparent)]
+    InvalidPolicy(#[from] InvalidRules),
+    /// The journal file cannot be opened.
+    #[error("cannot open the journal: {0}")]
+    Journal(io::Error),
+    /// The image is not one the operator allows.
+    #[error("image {image} is not allowed")]
+    ImageNotAllowed {
+        /// The image asked for.
+        image: String,
+        /// The images the operator allows.
+        allowed: Vec<String>,
+    },
+    /// The workspace volume cannot be made or pinned.
+    #[error(transparent)]
+    Volume(#[from] crate::volume::Error),
+    /// A request field is malformed.
+    #[error("invalid {field}: {why}")]
+    InvalidArgument {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// Why the registry cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The state directory or its volumes cannot be used.
+    #[error(transparent)]
+    Volumes(#[from] crate::volume::Error),
+    /// An allowed root does not exist.
+    #[error("allowed root {root}: {source}")]
+    AllowedRoot {
+        /// The root as configured.
+        root: PathBuf,
+        /// Why it cannot be resolved.
+        source: io::Error,
+    },
+}

@@ -1,0 +1,814 @@
+//! What a caller is told when a call fails: the roll-up of every domain
+//! error ([`Error`]) and the one exhaustive table ([`describe`]) giving each
+//! a status code, a stable [`reason`] and a message written for a model:
+//! what happened, that nothing was changed, and what to do next.
+//!
+//! The table lives in the domain, at the top of the session layer, because
+//! the session journals every refusal with the very words the caller gets:
+//! the session needs the table, and the table needs every error below it,
+//! the session's own included. `crate::error` only puts what [`describe`]
+//! returns on the wire. The status codes are `tonic::Code`, used as the
+//! vocabulary of failure classes; nothing else of the wire is used here.
+
+use tonic::Code;
+
+use super::error as session;
+use crate::policy::Denial;
+use crate::sandbox;
+use crate::workspace::{self, EditError, LineEndings, WalkLimit};
+
+/// Any error a handler can return.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// From the file tools.
+    #[error(transparent)]
+    Workspace(#[from] workspace::Error),
+    /// From the session registry.
+    #[error(transparent)]
+    Session(#[from] session::Error),
+    /// From the container engine.
+    #[error(transparent)]
+    Sandbox(#[from] sandbox::Error),
+    /// The call carried no valid bearer token.
+    #[error("missing or wrong bearer token")]
+    Unauthenticated,
+    /// The transport refused the call before any handler saw it (a request
+    /// that does not decode, a message past the size limit, an unknown
+    /// method).
+    #[error("{message}")]
+    Transport {
+        /// The code the transport chose.
+        code: Code,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// Stable machine reasons, as sent in `ErrorInfo.reason`.
+pub mod reason {
+    #![allow(missing_docs)]
+    pub const INVALID_PATH: &str = "INVALID_PATH";
+    pub const PATH_OUTSIDE_WORKSPACE: &str = "PATH_OUTSIDE_WORKSPACE";
+    pub const FILE_NOT_FOUND: &str = "FILE_NOT_FOUND";
+    pub const NOT_A_FILE: &str = "NOT_A_FILE";
+    pub const NOT_A_DIRECTORY: &str = "NOT_A_DIRECTORY";
+    pub const FILE_EXISTS: &str = "FILE_EXISTS";
+    pub const FILE_TOO_LARGE: &str = "FILE_TOO_LARGE";
+    pub const NOT_TEXT: &str = "NOT_TEXT";
+    pub const STALE_FILE: &str = "STALE_FILE";
+    pub const LINE_OUT_OF_RANGE: &str = "LINE_OUT_OF_RANGE";
+    pub const INVALID_PATTERN: &str = "INVALID_PATTERN";
+    pub const NO_EDITS: &str = "NO_EDITS";
+    pub const EMPTY_OLD_STRING: &str = "EMPTY_OLD_STRING";
+    pub const NO_CHANGE: &str = "NO_CHANGE";
+    pub const OLD_STRING_NOT_FOUND: &str = "OLD_STRING_NOT_FOUND";
+    pub const OLD_STRING_AMBIGUOUS: &str = "OLD_STRING_AMBIGUOUS";
+    pub const EDITS_OVERLAP: &str = "EDITS_OVERLAP";
+    pub const DUPLICATE_OLD_STRING: &str = "DUPLICATE_OLD_STRING";
+    pub const IO_ERROR: &str = "IO_ERROR";
+    pub const SESSION_NOT_FOUND: &str = "SESSION_NOT_FOUND";
+    pub const INVALID_WORKSPACE: &str = "INVALID_WORKSPACE";
+    pub const TOO_MANY_SESSIONS: &str = "TOO_MANY_SESSIONS";
+    pub const LIMIT_EXCEEDED: &str = "LIMIT_EXCEEDED";
+    pub const COMMAND_REFUSED: &str = "COMMAND_REFUSED";
+    pub const INVALID_ARGUMENT: &str = "INVALID_ARGUMENT";
+    pub const SANDBOX_UNAVAILABLE: &str = "SANDBOX_UNAVAILABLE";
+    pub const IMAGE_NOT_FOUND: &str = "IMAGE_NOT_FOUND";
+    pub const IMAGE_NOT_ALLOWED: &str = "IMAGE_NOT_ALLOWED";
+    pub const WORKSPACE_GONE: &str = "WORKSPACE_GONE";
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const POLICY_DENIED: &str = "POLICY_DENIED";
+    pub const INVALID_POLICY: &str = "INVALID_POLICY";
+    pub const MALFORMED_REQUEST: &str = "MALFORMED_REQUEST";
+    pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
+    pub const UNIMPLEMENTED: &str = "UNIMPLEMENTED";
+    pub const TRANSPORT: &str = "TRANSPORT";
+}
+
+/// An error as the caller sees it: status code, stable reason, message for
+/// a model and ErrorInfo metadata. The journal records the same words the
+/// caller got.
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// gRPC status code.
+    pub code: Code,
+    /// Stable machine reason (`ErrorInfo.reason`).
+    pub reason: &'static str,
+    /// Message written for a model.
+    pub message: String,
+    /// `ErrorInfo.metadata`.
+    pub meta: Vec<(&'static str, String)>,
+}
+
+fn status(
+    code: Code,
+    reason: &'static str,
+    message: String,
+    meta: &[(&'static str, String)],
+) -> Described {
+    // Paths, patterns and commands come from the caller and can be huge; a
+    // status echoing them whole would not fit in a response header.
+    let mut message = message;
+    let meta = meta
+        .iter()
+        .map(|(k, v)| {
+            let short = shorten(v);
+            if short.len() < v.len() {
+                message = message.replace(v.as_str(), &short);
+            }
+            (*k, short)
+        })
+        .collect();
+    if message.len() > MAX_MESSAGE_BYTES {
+        // Keep the start (what happened) and the end (what to do next).
+        let mut head = MAX_MESSAGE_BYTES / 2;
+        while !message.is_char_boundary(head) {
+            head -= 1;
+        }
+        let mut tail = message.len() - MAX_MESSAGE_BYTES / 4;
+        while !message.is_char_boundary(tail) {
+            tail += 1;
+        }
+        message = format!("{} … {}", &message[..head], &message[tail..]);
+    }
+    Described {
+        code,
+        reason,
+        message,
+        meta,
+    }
+}
+
+/// Longest message a status carries, in bytes.
+const MAX_MESSAGE_BYTES: usize = 2048;
+/// Characters of a caller's value kept at each end when it is echoed.
+const ECHO_KEEP_CHARS: usize = 80;
+
+/// A caller's value cut to its two ends when long.
+fn shorten(v: &str) -> String {
+    let chars = v.chars().count();
+    if chars <= 3 * ECHO_KEEP_CHARS {
+        return v.to_string();
+    }
+    let head: String = v.chars().take(ECHO_KEEP_CHARS).collect();
+    let tail: String = v.chars().skip(chars - ECHO_KEEP_CHARS).collect();
+    format!("{head}…({chars} characters)…{tail}")
+}
+
+const UNCHANGED: &str = "Nothing was changed.";
+
+/// The one mapping from a domain error to what the caller is told.
+pub fn describe(err: &Error) -> Described {
+    match err {
+        Error::Workspace(e) => workspace_status(e),
+        Error::Session(e) => session_status(e),
+        Error::Sandbox(e) => sandbox_status(e),
+        Error::Unauthenticated => status(
+            Code::Unauthenticated,
+            reason::UNAUTHENTICATED,
+            "The call carried no valid bearer token. Nothing was run or changed. Send the \
+                 `authorization: Bearer <token>` header with the token the operator configured."
+                .to_string(),
+            &[],
+        ),
+        Error::Transport { code, message } => transport_status(*code, message),
+    }
+}
+
+fn transport_status(code: Code, message: &str) -> Described {
+    match code {
+        Code::Internal if message.starts_with("failed to decode") => status(
+            Code::InvalidArgument,
+            reason::MALFORMED_REQUEST,
+            format!(
+                "The request could not be decoded ({message}). Every string field must be valid UTF-8 and \
+                 the message must match sandboxd.v1. Nothing was run or changed. Fix the request and retry."
+            ),
+            &[],
+        ),
+        Code::OutOfRange if message.contains("too large") => status(
+            Code::ResourceExhausted,
+            reason::MESSAGE_TOO_LARGE,
+            format!(
+                "The request is larger than the service accepts ({message}). Nothing was run or changed. \
+                 Send less at once; files over the file tools' size limit are changed with a command."
+            ),
+            &[],
+        ),
+        Code::Unimplemented => status(
+            code,
+            reason::UNIMPLEMENTED,
+            format!(
+                "{message}. The service does not offer this method; check the sandboxd.v1 contract."
+            ),
+            &[],
+        ),
+        code => status(code, reason::TRANSPORT, message.to_string(), &[]),
+    }
+}
+
+fn workspace_status(err: &workspace::Error) -> Described {
+    use workspace::Error as W;
+    match err {
+        W::InvalidPath { path, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_PATH,
+            format!(
+                "The path {path:?} is not usable: {why}. {UNCHANGED} Use a relative path inside the workspace."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::OutsideWorkspace { path } => status(
+            Code::PermissionDenied,
+            reason::PATH_OUTSIDE_WORKSPACE,
+            format!(
+                "The path {path:?} resolves outside the workspace (through \"..\", an absolute path or a symbolic link). \
+                 {UNCHANGED} Use a path inside the workspace, relative to its root."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::NotFound { path } => status(
+            Code::NotFound,
+            reason::FILE_NOT_FOUND,
+            format!(
+                "{path} does not exist. {UNCHANGED} Check the path with ListDir or FindFiles; to make a new file use CreateFile."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::NotAFile { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_A_FILE,
+            format!(
+                "{path} is a directory or special file, not a regular file. {UNCHANGED} Use ListDir to see what it holds."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::NotADirectory { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_A_DIRECTORY,
+            format!(
+                "{path} (or a parent of it) is not a directory. {UNCHANGED} Check the path with ListDir."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::Exists { path } => status(
+            Code::AlreadyExists,
+            reason::FILE_EXISTS,
+            format!(
+                "{path} already exists. {UNCHANGED} To change it, read it with ReadFile and use EditFile."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::TooLarge { path, size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "{path} is {size} bytes, over the limit of {limit} bytes. {UNCHANGED} \
+                 Work on it with a command instead (for example sed or a script)."
+            ),
+            &[
+                ("path", path.clone()),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
+        W::NotText { path } => status(
+            Code::FailedPrecondition,
+            reason::NOT_TEXT,
+            format!(
+                "{path} is not UTF-8 text (it is binary or uses another encoding). {UNCHANGED} \
+                 Inspect or change it with a command instead."
+            ),
+            &[("path", path.clone())],
+        ),
+        W::Stale {
+            path,
+            expected,
+            actual,
+        } => status(
+            Code::Aborted,
+            reason::STALE_FILE,
+            format!(
+                "{path} changed since you read it (sha256 is {actual}, expected {expected}). {UNCHANGED} \
+                 Read the file again and redo the edit against its current text."
+            ),
+            &[
+                ("path", path.clone()),
+                ("expected_sha256", expected.clone()),
+                ("actual_sha256", actual.clone()),
+            ],
+        ),
+        W::LineOutOfRange {
+            path,
+            offset,
+            total,
+        } => status(
+            Code::OutOfRange,
+            reason::LINE_OUT_OF_RANGE,
+            format!(
+                "Line {offset} is past the end of {path}, which has {total} lines. Read from an offset between 1 and {total}."
+            ),
+            &[
+                ("path", path.clone()),
+                ("offset", offset.to_string()),
+                ("total_lines", total.to_string()),
+            ],
+        ),
+        W::InvalidPattern { pattern, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_PATTERN,
+            format!("The pattern {pattern:?} does not parse: {why}. Fix the pattern and retry."),
+            &[("pattern", pattern.clone())],
+        ),
+        W::WalkLimit {
+            tool,
+            path,
+            what,
+            limit,
+        } => walk_limit_status(tool, path, *what, *limit),
+        W::Edit { path, source } => edit_status(path, source),
+        W::Denied(denial) => denial_status(denial),
+        W::Io { op, path, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "Could not {op} {path}: {source}. The operation did not complete; the file is as it was before the call."
+            ),
+            &[("path", path.clone()), ("op", op.to_string())],
+        ),
+    }
+}
+
+fn walk_limit_status(tool: &str, path: &str, what: WalkLimit, limit: u64) -> Described {
+    let (name, happened) = match what {
+        WalkLimit::IgnoreFileBytes => (
+            "ignore_file_bytes",
+            format!(
+                "{path} is larger than {limit} bytes, the most a walk reads from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreFileRules => (
+            "ignore_file_rules",
+            format!(
+                "{path} holds more than {limit} rules, the most a walk takes from one ignore file"
+            ),
+        ),
+        WalkLimit::IgnoreWalkRules => (
+            "ignore_walk_rules",
+            format!(
+                "the .gitignore files on this walk hold more than {limit} rules in all (the limit was \
+                 crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreWalkFiles => (
+            "ignore_walk_files",
+            format!(
+                "this walk met more than {limit} .gitignore files (the limit was crossed at {path})"
+            ),
+        ),
+        WalkLimit::IgnoreNesting => (
+            "ignore_nesting",
+            format!("more than {limit} nested .gitignore files apply at {path}"),
+        ),
+        WalkLimit::HeldEntries => (
+            "held_entries",
+            format!(
+                "the directories from the walk's start down to {path} hold more than {limit} entries"
+            ),
+        ),
+    };
+    let next = match what {
+        WalkLimit::HeldEntries => {
+            "Walk a narrower path (set path to a subdirectory), list the large directory with ListDir, \
+             or use a command such as find or grep -r."
+        }
+        _ => {
+            "A .gitignore applies to everything beneath its directory, so walk a path outside that \
+             directory, shorten or remove the file (with a command), or use a command such as find or \
+             grep -r instead."
+        }
+    };
+    status(
+        Code::ResourceExhausted,
+        reason::LIMIT_EXCEEDED,
+        format!("{tool} was refused: {happened}. {UNCHANGED} {next}"),
+        &[
+            ("path", path.to_string()),
+            ("field", name.to_string()),
+            ("max", limit.to_string()),
+        ],
+    )
+}
+
+fn edit_status(path: &str, err: &EditError) -> Described {
+    match err {
+        EditError::NoEdits => status(
+            Code::InvalidArgument,
+            reason::NO_EDITS,
+            format!(
+                "No edits were given for {path}. {UNCHANGED} Pass at least one edit with old_string and new_string."
+            ),
+            &[("path", path.to_string())],
+        ),
+        EditError::EmptyOldString { which } => status(
+            Code::InvalidArgument,
+            reason::EMPTY_OLD_STRING,
+            format!(
+                "old_string{which} is empty. {UNCHANGED} Copy the exact text to replace from the file; \
+                 to make a new file use CreateFile."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+            ],
+        ),
+        EditError::NoChange { which } => status(
+            Code::InvalidArgument,
+            reason::NO_CHANGE,
+            format!(
+                "old_string and new_string{which} are identical, so the edit would change nothing. {UNCHANGED}"
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+            ],
+        ),
+        EditError::NotFound { which, endings } => {
+            let hint = match endings {
+                LineEndings::Mixed => {
+                    " The file mixes CRLF and LF line endings, so old_string must match its line endings byte for byte."
+                }
+                LineEndings::Lf | LineEndings::Crlf => "",
+            };
+            status(
+                Code::FailedPrecondition,
+                reason::OLD_STRING_NOT_FOUND,
+                format!(
+                    "old_string{which} cannot be found in {path}. {UNCHANGED} The file may have changed since you \
+                     read it, or old_string differs in whitespace or indentation.{hint} Read the file again and copy \
+                     old_string exactly."
+                ),
+                &[
+                    ("path", path.to_string()),
+                    ("edit_index", which.index.to_string()),
+                ],
+            )
+        }
+        EditError::Ambiguous {
+            which,
+            count,
+            lines,
+        } => {
+            let listed = lines
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = if *count > lines.len() { ", ..." } else { "" };
+            status(
+                Code::FailedPrecondition,
+                reason::OLD_STRING_AMBIGUOUS,
+                format!(
+                    "old_string{which} occurs {count} times in {path} (lines {listed}{more}). {UNCHANGED} Include more \
+                     surrounding lines in old_string so it matches exactly one place, or set replace_all to change \
+                     every occurrence."
+                ),
+                &[
+                    ("path", path.to_string()),
+                    ("edit_index", which.index.to_string()),
+                    ("count", count.to_string()),
+                    ("lines", listed.clone()),
+                ],
+            )
+        }
+        EditError::Overlap {
+            first,
+            second,
+            line,
+        } => status(
+            Code::InvalidArgument,
+            reason::EDITS_OVERLAP,
+            format!(
+                "Edits {} and {} overlap at line {line} of {path}. {UNCHANGED} All edits of one call are matched \
+                 against the same original text; merge them into one edit or make them touch separate text.",
+                first + 1,
+                second + 1
+            ),
+            &[("path", path.to_string()), ("line", line.to_string())],
+        ),
+        EditError::NotText => workspace_status(&workspace::Error::NotText {
+            path: path.to_string(),
+        }),
+        EditError::TooManyEdits { count, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "The call carries {count} edits for {path}, more than the limit of {max} per call. {UNCHANGED} \
+                 Split the edits over several calls of at most {max}, or use replace_all for a change repeated \
+                 everywhere."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("field", "edits".to_string()),
+                ("asked", count.to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::DuplicateOldString { first, second } => status(
+            Code::InvalidArgument,
+            reason::DUPLICATE_OLD_STRING,
+            format!(
+                "Edits {} and {} of the call for {path} have the same old_string; both would change the same \
+                 text. {UNCHANGED} Send that old_string once (with replace_all to change every occurrence), or \
+                 give each edit enough surrounding lines to match a different place.",
+                first + 1,
+                second + 1
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", second.to_string()),
+                ("first_index", first.to_string()),
+            ],
+        ),
+        EditError::TooManySites { which, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "old_string{which} would bring the replacements in {path} past the limit of {max} per call. \
+                 {UNCHANGED} Make old_string longer so it matches fewer places, or change a file this large \
+                 with a command (for example sed)."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("edit_index", which.index.to_string()),
+                ("field", "replacements".to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        EditError::ResultTooLarge { size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "The edits would make {path} {size} bytes, over the limit of {limit} bytes. {UNCHANGED} \
+                 Replace less text at once, or change the file with a command instead."
+            ),
+            &[
+                ("path", path.to_string()),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
+    }
+}
+
+fn denial_status(denial: &Denial) -> Described {
+    match denial {
+        Denial::ReadOnly { tool } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "This session is read-only, so {tool} is refused. Nothing was changed or run. Reading, \
+                 listing, finding and searching work; changing files or running commands needs a session \
+                 opened without read_only."
+            ),
+            &[
+                ("rule", "read_only".to_string()),
+                ("tool", tool.to_string()),
+            ],
+        ),
+        Denial::DeniedPath { path, glob } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "Writing {path} is denied by the session policy (it matches the deny glob {glob:?}). Nothing \
+                 was changed. Leave it as it is and change other files (for a failing test, fix the code under \
+                 test, not the test)."
+            ),
+            &[
+                ("rule", "deny_writes".to_string()),
+                ("path", path.clone()),
+                ("glob", glob.clone()),
+            ],
+        ),
+        Denial::NotGranted { path } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "Writing {path} is not granted: this session may write only paths matching its allow_writes \
+                 globs. Nothing was changed. Keep your changes within those paths."
+            ),
+            &[("rule", "allow_writes".to_string()), ("path", path.clone())],
+        ),
+    }
+}
+
+fn session_status(err: &session::Error) -> Described {
+    use session::Error as S;
+    match err {
+        S::NotFound { id } => status(
+            Code::NotFound,
+            reason::SESSION_NOT_FOUND,
+            format!(
+                "Session {id:?} does not exist (it was closed, expired, or never created). Create a new session with CreateSession."
+            ),
+            &[("session_id", id.clone())],
+        ),
+        S::WorkspaceNotAllowed { path, allowed } => {
+            let roots = if allowed.is_empty() {
+                "the operator allows no existing directories (serve --allow-root)".to_string()
+            } else {
+                let list: Vec<String> = allowed.iter().map(|p| p.display().to_string()).collect();
+                format!("allowed roots: {}", list.join(", "))
+            };
+            status(
+                Code::PermissionDenied,
+                reason::PATH_OUTSIDE_WORKSPACE,
+                format!(
+                    "{path} is not under an allowed workspace root ({roots}). No session was created. Name an \
+                     absolute directory under an allowed root, or omit workspace_path for a fresh workspace."
+                ),
+                &[("path", path.clone())],
+            )
+        }
+        S::OpenWorkspace { path, source } => status(
+            Code::InvalidArgument,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "The workspace directory {path} cannot be opened: {source}. No session was created. Name an existing directory."
+            ),
+            &[("path", path.clone())],
+        ),
+        S::OverlapsState { path } => status(
+            Code::PermissionDenied,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{path} holds or lies inside the service's own state directory, which no session may \
+                 use. No session was created. Name a directory outside it."
+            ),
+            &[("path", path.clone())],
+        ),
+        S::TooMany { limit } => status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_SESSIONS,
+            format!(
+                "The service already holds its limit of {limit} sessions. Close a session you no longer need, then retry."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        S::CreateWorkspace(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The service could not create a workspace directory: {e}. No session was created. Retry later or tell the operator."
+            ),
+            &[],
+        ),
+        S::LimitExceeded { what, asked, max } => status(
+            Code::ResourceExhausted,
+            reason::LIMIT_EXCEEDED,
+            format!(
+                "{what} {asked} is above the operator's ceiling of {max}. Nothing was run or changed. \
+                 Ask for at most {max}, or 0 for the default."
+            ),
+            &[
+                ("field", what.to_string()),
+                ("asked", asked.to_string()),
+                ("max", max.to_string()),
+            ],
+        ),
+        S::CommandRefused(refusal) => status(
+            Code::PermissionDenied,
+            reason::COMMAND_REFUSED,
+            format!(
+                "The command was refused by the slip guard ({}). Nothing was run. The guard catches obvious \
+                 destructive slips; it is not the security boundary (the container is). Run a narrower command \
+                 that does what you need.",
+                refusal.reason
+            ),
+            &[("rule", refusal.reason.clone())],
+        ),
+        S::Denied(denial) => denial_status(denial),
+        S::InvalidPolicy(e) => status(
+            Code::InvalidArgument,
+            reason::INVALID_POLICY,
+            format!(
+                "The session policy is invalid: {e}. No session was created. Fix the rule and retry."
+            ),
+            &[],
+        ),
+        S::Journal(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The audit journal cannot be written: {e}. No session was created. Tell the operator \
+                 (serve --journal-dir)."
+            ),
+            &[],
+        ),
+        S::InvalidArgument { field, why } => status(
+            Code::InvalidArgument,
+            reason::INVALID_ARGUMENT,
+            format!(
+                "Invalid {field}: {why}. Nothing was run or changed. Fix the request and retry."
+            ),
+            &[("field", field.to_string())],
+        ),
+        S::ImageNotAllowed { image, allowed } => status(
+            Code::PermissionDenied,
+            reason::IMAGE_NOT_ALLOWED,
+            format!(
+                "Image {image} is not one the operator allows for sessions (allowed: {}). No session was \
+                 created. Leave image empty for the default, or ask the operator to allow it \
+                 (serve --allow-image).",
+                allowed.join(", ")
+            ),
+            &[("image", image.clone())],
+        ),
+        S::Volume(e) => volume_status(e),
+    }
+}
+
+fn volume_status(err: &crate::volume::Error) -> Described {
+    use crate::volume::Error as V;
+    match err {
+        V::NotPrivate { path } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{} is reachable by other users of this host, so a file a command marked set-user-id \
+                 there could be run by them. No session was created. Make a directory above it \
+                 private (owned by root or its owner, chmod 700), e.g. the allowed root, then retry.",
+                path.display()
+            ),
+            &[("path", path.display().to_string())],
+        ),
+        V::CannotPin => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            "Existing directories can be lent to sessions only when the service runs as root (it pins \
+             each one with a mount, so later renames cannot change what containers see). No session \
+             was created. Omit workspace_path for a fresh workspace."
+                .to_string(),
+            &[],
+        ),
+        V::Gone(why) => status(
+            Code::FailedPrecondition,
+            reason::WORKSPACE_GONE,
+            format!(
+                "The session's workspace is gone ({why}). Nothing was run. Close the session and create \
+                 a new one."
+            ),
+            &[],
+        ),
+        e @ (V::State(_) | V::Create(_) | V::Pin(_)) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The service could not prepare the workspace: {e}. No session was created. Retry later \
+                 or tell the operator."
+            ),
+            &[],
+        ),
+    }
+}
+
+fn sandbox_status(err: &sandbox::Error) -> Described {
+    use sandbox::Error as X;
+    match err {
+        X::ImageMissing { image, why } => status(
+            Code::FailedPrecondition,
+            reason::IMAGE_NOT_FOUND,
+            format!(
+                "Image {image} is not available: {why}. No session was created. Use the default image \
+                 (leave image empty) or one the operator has loaded."
+            ),
+            &[("image", image.clone())],
+        ),
+        X::WorkspaceGone(why) => status(
+            Code::FailedPrecondition,
+            reason::WORKSPACE_GONE,
+            format!(
+                "The session's workspace is gone ({why}). No container was started over it and \
+                 nothing was run. Close the session and create a new one."
+            ),
+            &[],
+        ),
+        e @ (X::Connect(_)
+        | X::LinkLost
+        | X::BuildImage { .. }
+        | X::StartContainer(_)
+        | X::StartExec(_)
+        | X::InspectExec(_)
+        | X::KillContainer(_)
+        | X::RemoveContainer(_)
+        | X::ListContainers(_)) => status(
+            Code::Unavailable,
+            reason::SANDBOX_UNAVAILABLE,
+            format!(
+                "The sandbox is unavailable: {e}. The command was not run. File tools (read, edit, search) \
+                 still work; retry the command later."
+            ),
+            &[],
+        ),
+    }
+}

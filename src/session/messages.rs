@@ -1,0 +1,110 @@
+//! What callers ask of sessions and what they get back, in domain terms
+//! (`convert` maps them to and from the wire), and the check every
+//! caller-given environment passes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use super::error::Error;
+use crate::journal::Report;
+use crate::policy::Rules;
+use crate::sandbox;
+
+/// What the caller asks of a new session.
+#[derive(Debug, Clone, Default)]
+pub struct NewSession {
+    /// Existing host directory to work in; `None` for a fresh workspace.
+    pub workspace_path: Option<String>,
+    /// Idle timeout; zero means the default.
+    pub ttl: Duration,
+    /// Image; `None` for the default.
+    pub image: Option<String>,
+    /// Limits; zero fields mean the default.
+    pub limits: sandbox::Limits,
+    /// Environment of every command.
+    pub env: BTreeMap<String, String>,
+    /// The session's own policy rules (added to the operator's).
+    pub rules: Rules,
+}
+
+/// What the caller asks of a command.
+#[derive(Debug, Clone, Default)]
+pub struct CommandRequest {
+    /// Shell command line.
+    pub command: String,
+    /// Working directory relative to the workspace.
+    pub cwd: String,
+    /// Timeout; zero means the default.
+    pub timeout: Duration,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Characters kept of stdout; zero means the default.
+    pub stdout_cap: u64,
+    /// Characters kept of stderr; zero means the default.
+    pub stderr_cap: u64,
+}
+
+/// A snapshot of a session for replies.
+#[derive(Debug, Clone)]
+pub struct Info {
+    /// Opaque id.
+    pub id: String,
+    /// Host path of the workspace.
+    pub workspace_path: PathBuf,
+    /// The service created the workspace and removes it on close.
+    pub owns_workspace: bool,
+    /// Idle timeout.
+    pub ttl: Duration,
+    /// Creation time.
+    pub created: SystemTime,
+    /// Time of the last call.
+    pub last_used: SystemTime,
+    /// Image of the container.
+    pub image: String,
+    /// The running container, if one is up.
+    pub container_id: Option<String>,
+    /// Container limits.
+    pub limits: sandbox::Limits,
+    /// Why commands cannot run now, if they cannot.
+    pub sandbox_status: Option<String>,
+    /// The policy rules in force.
+    pub rules: Rules,
+}
+
+/// What resetting a session's sandbox did.
+#[derive(Debug, Clone)]
+pub struct Reset {
+    /// The session's id (unchanged).
+    pub id: String,
+    /// The fresh container.
+    pub container_id: String,
+    /// One-line summary.
+    pub message: String,
+}
+
+/// What closing a session did.
+#[derive(Debug, Clone)]
+pub struct Closed {
+    /// The closed session's id.
+    pub id: String,
+    /// The workspace directory was removed (it belonged to the session).
+    pub workspace_removed: bool,
+    /// The session's journal, as it stood at the end.
+    pub report: Report,
+}
+
+/// Environment names must be non-empty and free of `=` and NUL.
+pub(super) fn check_env(field: &'static str, env: &BTreeMap<String, String>) -> Result<(), Error> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(Error::InvalidArgument {
+                field,
+                why: format!(
+                    "{k:?} is not a valid variable (names are non-empty, without '=' or NUL)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}

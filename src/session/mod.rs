@@ -1,0 +1,37 @@
+//! Sessions: the top of the domain. A session is a workspace, the container
+//! that runs its commands, the policy bounding both, and the journal of
+//! every call; the registry opens, finds, reaps and closes them.
+//!
+//! One job per file; each uses only files listed after it (the crate's
+//! `layers` test checks this):
+//! - `registry`: the open sessions, their idle timeout, and shutdown;
+//! - `pool`: warm sessions-to-be, kept ready;
+//! - `prepare`: a session-to-be (workspace opened, sandbox specified);
+//! - `command`: running a command in a session's container;
+//! - `tools`: a session and its file tools, each call journaled;
+//! - `failure`: every domain error rolled up, and the one table saying
+//!   what a caller is told about each (the journal records the same words);
+//! - `messages`: what callers ask and get back;
+//! - `config`: operator settings, and the one rule for a value set under a
+//!   ceiling (0 means the default, above the ceiling is refused);
+//! - `error`: why a session call or the registry fails;
+//! - `defaults`: the operator's defaults and ceilings, written once.
+//!
+//! This file only declares them and names what other layers use.
+
+mod command;
+mod config;
+pub mod defaults;
+mod error;
+pub mod failure;
+mod messages;
+mod pool;
+mod prepare;
+mod registry;
+mod tools;
+
+pub use config::{Config, SandboxConfig};
+pub use error::{Error, StartError};
+pub use messages::{Closed, CommandRequest, Info, NewSession, Reset};
+pub use registry::Registry;
+pub use tools::Session;

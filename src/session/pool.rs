@@ -1,0 +1,142 @@
+//! The warm pool: containers started ahead of need, so a new session with
+//! a fresh workspace, the default image and the default limits starts
+//! without waiting for Docker. Fills run in the background; an atomic count
+//! of those in flight, reserved by compare-and-swap, keeps concurrent
+//! top-ups from starting more than the pool is short of, and a flag set at
+//! shutdown makes fills still in flight remove what they made.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::config::Config;
+use super::prepare::{Prepared, discard, prepare};
+use crate::sandbox::Runtime;
+use crate::volume::Volumes;
+use crate::workspace::lock::PathLocks;
+
+/// Warm sessions-to-be: fresh workspaces whose container (default image,
+/// default limits, the same hardening as any other) already runs with its
+/// supervisor, so a new session starts without waiting for Docker. Each
+/// carries its future session id in its labels, so it is swept like any
+/// other container if the service dies.
+#[derive(Default)]
+pub(super) struct Pool {
+    ready: Mutex<VecDeque<Prepared>>,
+    filling: AtomicUsize,
+    /// Set at shutdown: fills still in flight discard what they made.
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("ready", &self.ready())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub(super) fn take(&self) -> Option<Prepared> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    pub(super) fn ready(&self) -> usize {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Ids of the warm entries ready now.
+    pub(super) fn ids(&self) -> Vec<String> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| p.id.clone())
+            .collect()
+    }
+
+    /// Closes the pool for good and returns what was ready. Fills still in
+    /// flight clean up after themselves; [`Pool::settled`] waits for them.
+    pub(super) fn drain(&self) -> Vec<Prepared> {
+        self.closed.store(true, Ordering::SeqCst);
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// Waits (bounded) until no fill is in flight.
+    pub(super) async fn settled(&self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.filling.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Starts enough background fills to reach the configured size.
+    pub(super) fn fill(
+        self: &Arc<Self>,
+        config: &Arc<Config>,
+        runtime: &Arc<dyn Runtime>,
+        locks: &Arc<PathLocks>,
+        volumes: &Arc<Volumes>,
+    ) {
+        let want = config.sandbox.pool_size;
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let filling = self.filling.load(Ordering::SeqCst);
+            if self.ready() + filling >= want {
+                return;
+            }
+            if self
+                .filling
+                .compare_exchange(filling, filling + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue;
+            }
+            let (pool, config, runtime, locks, volumes) = (
+                Arc::clone(self),
+                Arc::clone(config),
+                Arc::clone(runtime),
+                Arc::clone(locks),
+                Arc::clone(volumes),
+            );
+            tokio::spawn(async move {
+                let image = config.sandbox.default_image.clone();
+                let limits = config.sandbox.default_limits;
+                match prepare(&config, &runtime, &locks, &volumes, None, image, limits).await {
+                    Ok(warm) => {
+                        let started = warm.sandbox.ensure().await;
+                        if let Err(e) = &started {
+                            tracing::debug!(error = %e, "cannot warm a container");
+                        }
+                        // Decided under the lock drain takes: an entry is
+                        // either drained at shutdown or discarded here.
+                        let leftover = {
+                            let mut ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
+                            if started.is_ok() && !pool.closed.load(Ordering::SeqCst) {
+                                ready.push_back(warm);
+                                None
+                            } else {
+                                Some(warm)
+                            }
+                        };
+                        if let Some(warm) = leftover {
+                            discard(warm).await;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "cannot prepare a warm workspace"),
+                }
+                pool.filling.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Making a session-to-be: its workspace opened (a fresh quota'd volume,
+//! or a lent directory under an allowed root, pinned) and its sandbox
+//! specified (image, limits, user, labels), not yet started. New sessions
+//! and the warm pool both start here; what is made and not used is
+//! discarded whole.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::config::Config;
+use super::error::Error;
+use crate::sandbox::{self, ContainerSpec, Runtime, Sandbox, labels};
+use crate::volume::{Quota, Volume, Volumes};
+use crate::workspace::Workspace;
+use crate::workspace::lock::PathLocks;
+
+/// A session-to-be: workspace and (not yet started) sandbox.
+pub(super) struct Prepared {
+    pub(super) id: String,
+    pub(super) workspace: Workspace,
+    pub(super) volume: Volume,
+    pub(super) sandbox: Sandbox,
+}
+
+/// Opens the workspace and builds the sandbox of a new session.
+pub(super) async fn prepare(
+    config: &Config,
+    runtime: &Arc<dyn Runtime>,
+    locks: &Arc<PathLocks>,
+    volumes: &Arc<Volumes>,
+    workspace_path: Option<String>,
+    image: String,
+    limits: sandbox::Limits,
+) -> Result<Prepared, Error> {
+    let id = new_id();
+    let (cfg, locks, ws_volumes, ws_id) = (
+        config.clone(),
+        Arc::clone(locks),
+        Arc::clone(volumes),
+        id.clone(),
+    );
+    let quota = Quota {
+        disk_bytes: limits.disk_bytes,
+        inodes: limits.inodes,
+    };
+    let (workspace, volume) = tokio::task::spawn_blocking(move || {
+        open_workspace(&cfg, locks, &ws_volumes, &ws_id, workspace_path, quota)
+    })
+    .await
+    .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
+    let cfg = &config.sandbox;
+    let (uid, gid) = command_user(workspace.owner(), cfg.default_user);
+    // What the session really has: no quota where none is enforced.
+    let limits = match volume.quota() {
+        Some(q) => sandbox::Limits {
+            disk_bytes: q.disk_bytes,
+            inodes: q.inodes,
+            ..limits
+        },
+        None => sandbox::Limits {
+            disk_bytes: 0,
+            inodes: 0,
+            ..limits
+        },
+    };
+    let spec = ContainerSpec {
+        image,
+        workspace: volume.path().to_path_buf(),
+        workspace_identity: Some(volume.identity()),
+        user: format!("{uid}:{gid}"),
+        env: cfg.default_env.clone(),
+        limits,
+        tmp_bytes: cfg.tmp_bytes,
+        labels: BTreeMap::from([
+            (labels::SESSION.to_string(), id.clone()),
+            (labels::INSTANCE.to_string(), cfg.instance.clone()),
+            (labels::SERVICE.to_string(), cfg.service.clone()),
+        ]),
+        runtime: cfg.runtime.clone(),
+        supervisor: cfg.supervisor.clone(),
+        socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(&id)),
+    };
+    Ok(Prepared {
+        id,
+        workspace,
+        volume,
+        sandbox: Sandbox::new(Arc::clone(runtime), spec),
+    })
+}
+
+/// Removes a warm entry that will not be used: its container and workspace.
+pub(super) async fn discard(warm: Prepared) {
+    if let Err(e) = warm.sandbox.close().await {
+        tracing::warn!(error = %e, "cannot remove a pooled container");
+    }
+    let volume = warm.volume;
+    let _ = tokio::task::spawn_blocking(move || volume.remove()).await;
+}
+
+/// Who a session's commands run as: the workspace's owner, with the
+/// owner's own primary group (never the directory's group, which may be
+/// root's or another privileged one the owner does not have); the default
+/// user for a root-owned workspace.
+fn command_user(owner: (u32, u32), default: (u32, u32)) -> (u32, u32) {
+    match owner {
+        (0, _) => default,
+        (uid, _) => (
+            uid,
+            primary_gid(uid)
+                .filter(|&gid| gid != 0)
+                .unwrap_or(default.1),
+        ),
+    }
+}
+
+/// The primary group of `uid` in the host's /etc/passwd.
+fn primary_gid(uid: u32) -> Option<u32> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let (_, _, u, g) = (
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        );
+        (u.parse::<u32>().ok()? == uid)
+            .then(|| g.parse().ok())
+            .flatten()
+    })
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
+}
+
+/// Opens the workspace of session `id`: a fresh volume, or an existing
+/// directory under an allowed root, pinned for its containers.
+fn open_workspace(
+    config: &Config,
+    locks: Arc<PathLocks>,
+    volumes: &Volumes,
+    id: &str,
+    path: Option<String>,
+    quota: Quota,
+) -> Result<(Workspace, Volume), Error> {
+    let Some(path) = path else {
+        let volume = volumes.fresh(id, quota, config.sandbox.default_user)?;
+        return match Workspace::open(volume.path(), locks, config.limits.clone()) {
+            Ok(ws) => Ok((ws, volume)),
+            Err(e) => {
+                let _ = volume.remove();
+                Err(Error::CreateWorkspace(e))
+            }
+        };
+    };
+    let not_allowed = || Error::WorkspaceNotAllowed {
+        path: path.clone(),
+        allowed: config.allowed_roots.clone(),
+    };
+    if !Path::new(&path).is_absolute() {
+        return Err(not_allowed());
+    }
+    let ws = Workspace::open(Path::new(&path), locks, config.limits.clone()).map_err(|source| {
+        Error::OpenWorkspace {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    // Checked on the path of the opened fd, so a symlink swapped in after
+    // the check cannot redirect the session.
+    if !config
+        .allowed_roots
+        .iter()
+        .any(|root| ws.host_path().starts_with(root))
+    {
+        return Err(not_allowed());
+    }
+    // The service's own files (other sessions' volumes, the journals, the
+    // supervisor binary) are never lent.
+    let own = [
+        Some(config.state_dir.as_path()),
+        config.journal_dir.as_deref(),
+        config.sandbox.supervisor.as_deref(),
+    ];
+    let host = ws.host_path();
+    if own
+        .into_iter()
+        .flatten()
+        .any(|p| host.starts_with(p) || p.starts_with(host))
+    {
+        return Err(Error::OverlapsState { path });
+    }
+    // Containers mount a pin of this very directory, never its path.
+    let volume = volumes.pin(id, ws.root_fd(), ws.host_path())?;
+    Ok((ws, volume))
+}

@@ -1,0 +1,364 @@
+//! The session registry: which sessions exist, the workspace each one owns,
+//! when each was last used, and closing them (on request, on idle timeout,
+//! and at shutdown). A fresh workspace belongs to its session and is removed
+//! with it; an existing directory named by the caller is only borrowed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
+
+use super::config::Config;
+use super::error::{Error, StartError};
+use super::failure;
+use super::messages::{Closed, Info, NewSession, check_env};
+use super::pool::Pool;
+use super::prepare::{Prepared, discard, prepare};
+use super::tools::Session;
+use crate::journal::Journal;
+use crate::policy::Policy;
+use crate::sandbox::{self, Runtime, labels};
+use crate::state::StateDir;
+use crate::volume::Volumes;
+use crate::workspace::lock::PathLocks;
+
+/// All open sessions of the service.
+#[derive(Debug)]
+pub struct Registry {
+    config: Arc<Config>,
+    runtime: Arc<dyn Runtime>,
+    locks: Arc<PathLocks>,
+    volumes: Arc<Volumes>,
+    /// Where journals are appended, checked like the state directory.
+    journal_dir: Option<Arc<StateDir>>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    pool: Arc<Pool>,
+}
+
+impl Registry {
+    /// A registry keeping its state in `config.state_dir` (made if
+    /// missing, refused if another user could change it).
+    pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> Result<Registry, StartError> {
+        let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
+        let volumes = Arc::new(Volumes::open(&state)?);
+        let journal_dir = match &config.journal_dir {
+            Some(dir) => Some(Arc::new(
+                StateDir::open(dir).map_err(crate::volume::Error::State)?,
+            )),
+            None => None,
+        };
+        let allowed_roots = config
+            .allowed_roots
+            .iter()
+            .map(|root| {
+                std::fs::canonicalize(root).map_err(|source| StartError::AllowedRoot {
+                    root: root.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Registry {
+            config: Arc::new(Config {
+                allowed_roots,
+                ..config
+            }),
+            runtime,
+            locks: Arc::new(PathLocks::default()),
+            volumes,
+            journal_dir,
+            sessions: Mutex::new(HashMap::new()),
+            pool: Arc::new(Pool::default()),
+        })
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<Session>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a session and starts its container. If the engine is
+    /// unreachable the session still opens (file tools work) and its
+    /// `sandbox_status` says why commands cannot run yet.
+    pub async fn create(&self, req: NewSession) -> Result<Info, failure::Error> {
+        if self.table().len() >= self.config.max_sessions {
+            return Err(Error::TooMany {
+                limit: self.config.max_sessions,
+            }
+            .into());
+        }
+        let limits = self
+            .config
+            .sandbox
+            .limits(req.limits, req.workspace_path.is_some())?;
+        check_env("env", &req.env)?;
+        let policy = Arc::new(
+            Policy::new(
+                &self.config.deny_writes,
+                &self.config.sandbox.guard,
+                req.rules.clone(),
+            )
+            .map_err(Error::InvalidPolicy)?,
+        );
+        let ttl = self.config.ttl(req.ttl)?;
+        let cfg = &self.config.sandbox;
+        let image = req.image.unwrap_or_else(|| cfg.default_image.clone());
+        if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
+            let mut allowed = vec![cfg.default_image.clone()];
+            allowed.extend(cfg.allowed_images.iter().cloned());
+            return Err(Error::ImageNotAllowed { image, allowed }.into());
+        }
+        let warm = (req.workspace_path.is_none()
+            && image == cfg.default_image
+            && limits == cfg.default_limits)
+            .then(|| self.pool.take())
+            .flatten();
+        let pooled = warm.is_some();
+        let Prepared {
+            id,
+            workspace,
+            volume,
+            sandbox,
+        } = match warm {
+            Some(warm) => warm,
+            None => {
+                prepare(
+                    &self.config,
+                    &self.runtime,
+                    &self.locks,
+                    &self.volumes,
+                    req.workspace_path,
+                    image,
+                    limits,
+                )
+                .await?
+            }
+        };
+        if pooled {
+            self.fill_pool();
+        }
+        let journal = match Journal::new(&id, self.journal_dir.as_deref()) {
+            Ok(journal) => journal,
+            Err(e) => {
+                discard(Prepared {
+                    id,
+                    workspace,
+                    volume,
+                    sandbox,
+                })
+                .await;
+                return Err(Error::Journal(e).into());
+            }
+        };
+        let owns_workspace = volume.owns_workspace();
+        let now = SystemTime::now();
+        let session = Arc::new(Session {
+            id,
+            workspace,
+            sandbox,
+            policy,
+            journal,
+            config: Arc::clone(&self.config),
+            env: req.env,
+            sandbox_status: Mutex::new(None),
+            owns_workspace,
+            volume: Mutex::new(Some(volume)),
+            running: AtomicUsize::new(0),
+            ttl,
+            created: now,
+            last_used: Mutex::new((Instant::now(), now)),
+        });
+        // Checked again under the lock: other creates ran while we worked.
+        let admitted = {
+            let mut table = self.table();
+            let admitted = table.len() < self.config.max_sessions;
+            if admitted {
+                table.insert(session.id.clone(), Arc::clone(&session));
+            }
+            admitted
+        };
+        if !admitted {
+            let _ = session.sandbox.close().await;
+            remove_volume(&session).await;
+            return Err(Error::TooMany {
+                limit: self.config.max_sessions,
+            }
+            .into());
+        }
+        match session.sandbox.ensure().await {
+            Ok(_) => {}
+            Err(e @ sandbox::Error::ImageMissing { .. }) => {
+                let _ = self.close(&session.id).await;
+                return Err(e.into());
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "session opened without a container");
+                session.set_sandbox_status(Some(e.to_string()));
+            }
+        }
+        let info = session.info().await;
+        let summary = format!(
+            "workspace {}, image {}, read_only {}",
+            info.workspace_path.display(),
+            info.image,
+            info.rules.read_only
+        );
+        session
+            .journal
+            .ok("CreateSession", &summary, Instant::now(), String::new());
+        tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
+        Ok(info)
+    }
+
+    /// The session `id`, marked as used now.
+    pub fn get(&self, id: &str) -> Result<Arc<Session>, Error> {
+        let session = self
+            .table()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+        session.touch();
+        Ok(session)
+    }
+
+    /// Snapshots of all sessions, oldest first.
+    pub async fn list(&self) -> Vec<Info> {
+        let sessions: Vec<Arc<Session>> = self.table().values().cloned().collect();
+        let mut all = Vec::with_capacity(sessions.len());
+        for s in sessions {
+            all.push(s.info().await);
+        }
+        all.sort_by_key(|i| i.created);
+        all
+    }
+
+    /// Closes `id`: removes its container, and its workspace if the
+    /// session owns it.
+    pub async fn close(&self, id: &str) -> Result<Closed, Error> {
+        let session = self
+            .table()
+            .remove(id)
+            .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+        if let Err(e) = session.sandbox.close().await {
+            tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
+        }
+        let workspace_removed = remove_volume(&session).await;
+        tracing::info!(session = %id, workspace_removed, "session closed");
+        let detail = if workspace_removed {
+            "workspace removed"
+        } else {
+            "workspace left in place"
+        };
+        session
+            .journal
+            .ok("CloseSession", "", Instant::now(), detail.to_string());
+        Ok(Closed {
+            id: id.to_string(),
+            workspace_removed,
+            report: session.journal.report(None, None),
+        })
+    }
+
+    /// Removes what an earlier instance of this service leaked: containers
+    /// labelled with our service name but another instance id, then the
+    /// workspaces, pins and sockets no live session uses. Returns the
+    /// number of containers removed.
+    pub async fn sweep_leaked(&self) -> Result<usize, failure::Error> {
+        let cfg = &self.config.sandbox;
+        // Containers first: a volume is unmounted only once nothing uses it.
+        let removed = self
+            .runtime
+            .remove_labelled(
+                labels::SERVICE,
+                &cfg.service,
+                labels::INSTANCE,
+                &cfg.instance,
+            )
+            .await?;
+        if removed > 0 {
+            tracing::info!(removed, "removed containers leaked by an earlier instance");
+        }
+        self.sweep_volumes().await;
+        Ok(removed)
+    }
+
+    /// Removes the workspaces, pins and sockets no live or pooled session
+    /// uses (left by an earlier instance that died).
+    pub async fn sweep_volumes(&self) {
+        let mut live: Vec<String> = self.table().keys().cloned().collect();
+        live.extend(self.pool.ids());
+        let volumes = Arc::clone(&self.volumes);
+        let swept = tokio::task::spawn_blocking(move || volumes.sweep(&live)).await;
+        if let Ok(n) = swept
+            && n > 0
+        {
+            tracing::info!(removed = n, "removed stale workspaces");
+        }
+    }
+
+    /// Closes every session idle past its TTL; returns their ids.
+    pub async fn reap_expired(&self) -> Vec<String> {
+        let now = Instant::now();
+        // A running command is activity: its session waits for it to end.
+        let expired: Vec<String> = self
+            .table()
+            .values()
+            .filter(|s| s.running.load(Ordering::SeqCst) == 0)
+            .filter(|s| s.idle_for(now) >= s.ttl)
+            .map(|s| s.id.clone())
+            .collect();
+        let mut closed = Vec::new();
+        for id in expired {
+            if self.close(&id).await.is_ok() {
+                tracing::info!(session = %id, "session expired");
+                closed.push(id);
+            }
+        }
+        closed
+    }
+
+    /// Tops the pool of warm containers up to its configured size, in the
+    /// background.
+    pub fn fill_pool(&self) {
+        self.pool
+            .fill(&self.config, &self.runtime, &self.locks, &self.volumes);
+    }
+
+    /// Warm containers ready now (for tests and the benchmark).
+    pub fn pool_ready(&self) -> usize {
+        self.pool.ready()
+    }
+
+    /// Closes every session and empties the pool (at shutdown).
+    pub async fn close_all(&self) {
+        for warm in self.pool.drain() {
+            discard(warm).await;
+        }
+        self.pool.settled().await;
+        let ids: Vec<String> = self.table().keys().cloned().collect();
+        for id in ids {
+            let _ = self.close(&id).await;
+        }
+    }
+}
+
+/// Unmounts the session's volume (removing its workspace if the session
+/// owns it); true when a workspace was removed.
+async fn remove_volume(session: &Session) -> bool {
+    let volume = session
+        .volume
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let Some(volume) = volume else { return false };
+    let owned = volume.owns_workspace();
+    match tokio::task::spawn_blocking(move || volume.remove()).await {
+        Ok(Ok(())) => owned,
+        Ok(Err(e)) => {
+            tracing::warn!(session = %session.id, error = %e, "cannot remove the workspace volume");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(session = %session.id, error = %e, "workspace removal task failed");
+            false
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! One open session and its file tools. Every call is journaled: what was
+//! asked, and either what it did or the very refusal the caller was told.
+//! Commands are in `command`; opening and closing sessions in `registry`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::config::Config;
+use super::error::Error;
+use super::failure::{self, describe};
+use super::messages::{Info, Reset};
+use crate::journal::{Journal, Report};
+use crate::policy::Policy;
+use crate::sandbox::Sandbox;
+use crate::volume::Volume;
+use crate::workspace::{
+    CreateOutput, EditOutput, EditSpec, FindOutput, ListOutput, ReadOutput, SearchOutput,
+    SearchQuery, Workspace,
+};
+
+/// One open session.
+#[derive(Debug)]
+pub struct Session {
+    /// Opaque id.
+    pub id: String,
+    /// The file tools over this session's workspace.
+    pub workspace: Workspace,
+    /// The session's container.
+    pub sandbox: Sandbox,
+    /// What the session may write and run.
+    pub policy: Arc<Policy>,
+    /// Every call, for audit.
+    pub journal: Journal,
+    /// The operator's settings (defaults and ceilings of its commands).
+    pub(super) config: Arc<Config>,
+    /// Environment of every command of the session (over the container's).
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) sandbox_status: Mutex<Option<String>>,
+    /// The workspace as containers mount it; taken at close.
+    pub(super) volume: Mutex<Option<Volume>>,
+    pub(super) owns_workspace: bool,
+    /// Commands running now: a session with one is never idle.
+    pub(super) running: AtomicUsize,
+    pub(super) ttl: Duration,
+    pub(super) created: SystemTime,
+    pub(super) last_used: Mutex<(Instant, SystemTime)>,
+}
+
+fn plural_edits(n: usize) -> String {
+    if n == 1 {
+        "1 edit".to_string()
+    } else {
+        format!("{n} edits")
+    }
+}
+
+impl Session {
+    /// A snapshot for replies.
+    pub async fn info(&self) -> Info {
+        let (_, last_used) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        Info {
+            id: self.id.clone(),
+            workspace_path: self.workspace.host_path().to_path_buf(),
+            owns_workspace: self.owns_workspace,
+            ttl: self.ttl,
+            created: self.created,
+            last_used,
+            image: self.sandbox.spec().image.clone(),
+            container_id: self.sandbox.container_id().await,
+            limits: self.sandbox.spec().limits,
+            sandbox_status: self
+                .sandbox_status
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            rules: self.policy.rules().clone(),
+        }
+    }
+
+    /// GetSession: a snapshot, journaled.
+    pub async fn get_info(&self) -> Info {
+        let started = Instant::now();
+        let info = self.info().await;
+        self.journal.ok("GetSession", "", started, String::new());
+        info
+    }
+
+    /// Records the outcome of a call that writes nothing.
+    fn journaled<T>(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        result: Result<T, failure::Error>,
+        detail: impl FnOnce(&T) -> String,
+    ) -> Result<T, failure::Error> {
+        match &result {
+            Ok(out) => self.journal.ok(tool, summary, started, detail(out)),
+            Err(e) => self.refused(tool, summary, started, e),
+        }
+        result
+    }
+
+    /// Journals a refusal in the very words the caller is told.
+    pub(super) fn refused(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        e: &failure::Error,
+    ) {
+        let told = describe(e);
+        self.journal
+            .refused(tool, summary, started, told.reason, told.message);
+    }
+
+    /// ResetSandbox: kills the container (and everything left running in
+    /// it) and starts a fresh one over the same workspace.
+    pub async fn reset_sandbox(&self) -> Result<Reset, failure::Error> {
+        let started = Instant::now();
+        let result = match self.policy.check_mutation("ResetSandbox") {
+            Ok(()) => self.sandbox.reset(true).await.map_err(Into::into),
+            Err(denial) => Err(Error::Denied(denial).into()),
+        };
+        let result = result.map(|container| {
+            let container_id = container.unwrap_or_default();
+            self.set_sandbox_status(None);
+            Reset {
+                id: self.id.clone(),
+                message: format!(
+                    "the sandbox was reset: container {} replaced the old one, whose processes are gone; the workspace is unchanged",
+                    &container_id[..container_id.len().min(12)]
+                ),
+                container_id,
+            }
+        });
+        self.journaled("ResetSandbox", "", started, result, |r| {
+            r.container_id.clone()
+        })
+    }
+
+    /// ReadFile.
+    pub async fn read_file(
+        &self,
+        path: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<ReadOutput, failure::Error> {
+        let started = Instant::now();
+        let result = self.workspace.read(path, offset, limit).await;
+        let summary = format!("{path:?} offset {offset} limit {limit}");
+        self.journaled(
+            "ReadFile",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| o.message.clone(),
+        )
+    }
+
+    /// Records the outcome of a write: where it landed and the file's
+    /// hashes before (`None`: it did not exist) and after.
+    fn journaled_write<T>(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        result: Result<T, crate::workspace::Error>,
+        landed: impl FnOnce(&T) -> (String, Option<String>, String),
+    ) -> Result<T, failure::Error> {
+        match result {
+            Ok(out) => {
+                let (path, before, after) = landed(&out);
+                self.journal
+                    .wrote(tool, summary, started, path, before, after);
+                Ok(out)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.refused(tool, summary, started, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// CreateFile, within the session's policy.
+    pub async fn create_file(
+        &self,
+        path: &str,
+        content: String,
+    ) -> Result<CreateOutput, failure::Error> {
+        let started = Instant::now();
+        let summary = format!("{path:?} ({} bytes)", content.len());
+        let result = match self.policy.check_mutation("CreateFile") {
+            Ok(()) => self.workspace.create(path, content, &self.policy).await,
+            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
+        };
+        self.journaled_write("CreateFile", &summary, started, result, |o| {
+            (o.landed.clone(), None, o.sha256.clone())
+        })
+    }
+
+    /// EditFile, within the session's policy.
+    pub async fn edit_file(
+        &self,
+        path: &str,
+        edits: Vec<EditSpec>,
+        expected_sha256: Option<String>,
+    ) -> Result<EditOutput, failure::Error> {
+        let started = Instant::now();
+        let summary = format!("{path:?} ({})", plural_edits(edits.len()));
+        let result = match self.policy.check_mutation("EditFile") {
+            Ok(()) => {
+                self.workspace
+                    .edit(path, edits, expected_sha256, &self.policy)
+                    .await
+            }
+            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
+        };
+        self.journaled_write("EditFile", &summary, started, result, |o| {
+            (
+                o.landed.clone(),
+                Some(o.sha256_before.clone()),
+                o.sha256.clone(),
+            )
+        })
+    }
+
+    /// ListDir.
+    pub async fn list_dir(&self, path: &str) -> Result<ListOutput, failure::Error> {
+        let started = Instant::now();
+        let result = self.workspace.list_dir(path).await;
+        self.journaled(
+            "ListDir",
+            &format!("{path:?}"),
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} entries", o.entries.len()),
+        )
+    }
+
+    /// FindFiles.
+    pub async fn find(
+        &self,
+        pattern: &str,
+        path: &str,
+        limit: u64,
+    ) -> Result<FindOutput, failure::Error> {
+        let started = Instant::now();
+        let result = self.workspace.find(pattern, path, limit).await;
+        let summary = format!("{pattern:?} under {path:?}");
+        self.journaled(
+            "FindFiles",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} paths", o.paths.len()),
+        )
+    }
+
+    /// SearchFiles.
+    pub async fn search(&self, query: SearchQuery) -> Result<SearchOutput, failure::Error> {
+        let started = Instant::now();
+        let summary = format!("/{}/ under {:?}", query.pattern, query.path);
+        let result = self.workspace.search(query).await;
+        self.journaled(
+            "SearchFiles",
+            &summary,
+            started,
+            result.map_err(Into::into),
+            |o| format!("{} matches", o.matches.len()),
+        )
+    }
+
+    /// The journal reconciled against `planned` files (none: no plan) and a
+    /// `verify` command.
+    pub async fn report(
+        &self,
+        planned: &[String],
+        verify: Option<&str>,
+    ) -> Result<Report, failure::Error> {
+        let started = Instant::now();
+        let mut normalised = Vec::with_capacity(planned.len());
+        for path in planned {
+            match self.workspace.landing(path).await {
+                Ok(p) => normalised.push(p),
+                Err(e) => {
+                    let e = e.into();
+                    self.refused("GetSessionReport", "planned_files", started, &e);
+                    return Err(e);
+                }
+            }
+        }
+        let plan = (!planned.is_empty()).then_some(normalised.as_slice());
+        let report = self.journal.report(plan, verify);
+        let summary = format!("{} planned files", planned.len());
+        self.journal
+            .ok("GetSessionReport", &summary, started, String::new());
+        Ok(report)
+    }
+
+    pub(super) fn set_sandbox_status(&self, status: Option<String>) {
+        *self
+            .sandbox_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = status;
+    }
+
+    pub(super) fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) =
+            (Instant::now(), SystemTime::now());
+    }
+
+    pub(super) fn idle_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_used.lock().unwrap_or_else(|e| e.into_inner()).0)
+    }
+}
