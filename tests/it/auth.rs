@@ -71,7 +71,7 @@ async fn calls_without_the_token_are_unauthenticated() {
 
 #[test]
 fn serve_refuses_a_public_address_without_a_token() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+    let out = std::process::Command::new(common::SANDBOXD)
         .args(["serve", "--listen", "0.0.0.0:0"])
         .env_remove("SANDBOXD_TOKEN")
         .env_remove("SANDBOXD_TOKEN_FILE")
@@ -86,7 +86,7 @@ fn serve_refuses_a_public_address_without_a_token() {
 async fn the_cli_sends_the_token() {
     let srv = TestServer::with_token("cli-token").await;
     let run = |token: Option<&str>| {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"));
+        let mut cmd = std::process::Command::new(common::SANDBOXD);
         cmd.args(["--addr", &format!("http://{}", srv.addr), "session", "list"]);
         cmd.env_remove("SANDBOXD_TOKEN");
         if let Some(t) = token {
@@ -115,7 +115,7 @@ struct Served {
 impl Served {
     fn start(listen: &str, extra: &[&str]) -> Served {
         let dir = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        let child = std::process::Command::new(common::SANDBOXD)
             .args(["serve", "--listen", listen, "--pool-size", "0"])
             .args(["--docker-host", common::NO_DOCKER])
             .arg("--state-dir")
@@ -252,7 +252,7 @@ async fn tls_admits_a_client_trusting_the_ca_and_refuses_plain_text() {
 
     // The CLI speaks TLS with --ca-cert.
     let out = tokio::task::block_in_place(|| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        std::process::Command::new(common::SANDBOXD)
             .args(["--addr", &format!("https://localhost:{port}")])
             .arg("--ca-cert")
             .arg(&ca_file)
@@ -280,7 +280,7 @@ async fn unix_socket_listener_is_private_and_removed_at_exit() {
     assert_eq!(mode, 0o600, "the socket is open to other users");
 
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        let out = std::process::Command::new(common::SANDBOXD)
             .args(["--addr", &format!("unix:{}", socket.display())])
             .args(args)
             .output()
@@ -300,7 +300,7 @@ async fn unix_socket_listener_is_private_and_removed_at_exit() {
 
     // A path taken by something other than a socket is never replaced.
     std::fs::write(&socket, "not a socket").unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+    let out = std::process::Command::new(common::SANDBOXD)
         .args(["serve", "--listen", &format!("unix:{}", socket.display())])
         .args(["--docker-host", common::NO_DOCKER, "--pool-size", "0"])
         .output()

@@ -11,11 +11,9 @@
 use std::net::SocketAddr;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::TestServer;
+use crate::common::{SANDBOXD, TestServer};
 use sandboxd::pb::{self, run_command_event::Event};
 use tonic::codegen::{BoxFuture, BoxStream, Context, Poll, Service, http};
-
-const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 
 /// Content a hostile file or command would print: a cursor move up, a line
 /// erase and a fake exit line, then a carriage return to write over it; a
@@ -46,7 +44,7 @@ fn client_args(addr: SocketAddr, session: &str, verb: &[&str]) -> Vec<String> {
 /// The CLI with stdout and stderr piped.
 fn piped(args: &[String]) -> Output {
     tokio::task::block_in_place(|| {
-        Command::new(BIN)
+        Command::new(SANDBOXD)
             .args(args)
             .env_remove("SANDBOXD_TOKEN")
             .env_remove("SANDBOXD_CA_CERT")
@@ -62,7 +60,7 @@ fn piped(args: &[String]) -> Output {
 /// other CR arrived.
 fn on_terminal(args: &[String]) -> (String, Option<i32>) {
     let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
-    let line = std::iter::once(BIN)
+    let line = std::iter::once(SANDBOXD)
         .chain(args.iter().map(String::as_str))
         .map(quote)
         .collect::<Vec<_>>()

@@ -6,10 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use crate::common::{TestServer, containers_labelled, edit, edit_req, read_req, run};
+use crate::common::{SANDBOXD, TestServer, containers_labelled, edit, edit_req, read_req, run};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
-
-const BIN: &str = env!("CARGO_BIN_EXE_sandboxd");
 
 #[tokio::test]
 async fn baseline_red_read_edit_green() {
@@ -68,7 +66,7 @@ async fn baseline_red_read_edit_green() {
 #[test]
 fn demo_command_shows_red_then_green() {
     common::prepare_host();
-    let out = Command::new(BIN).arg("demo").output().unwrap();
+    let out = Command::new(SANDBOXD).arg("demo").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -103,7 +101,7 @@ impl Served {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let child = Command::new(BIN)
+        let child = Command::new(SANDBOXD)
             .args([
                 "serve",
                 "--listen",
@@ -261,7 +259,7 @@ async fn stale_workspaces_are_removed_even_without_docker() {
     let state = base.path().join("state");
     let _unmount = Unmount(state.clone());
     let start = |port: u16| {
-        Command::new(BIN)
+        Command::new(SANDBOXD)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--pool-size", "0", "--no-token"])
             .args(["--docker-host", common::NO_DOCKER])

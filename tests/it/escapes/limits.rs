@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::{container_of, create, docker, reset};
+use crate::common;
 use crate::common::{Mode, TestServer, assert_refused, prepare_host, run};
 use sandboxd::pb;
 
@@ -227,7 +228,7 @@ async fn cli_resets_a_session() {
     let id = sid.clone();
     // Off the test's thread: the server under test runs on it.
     let out = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        Command::new(common::SANDBOXD)
             .args(["--addr", &addr, "session", "reset", &id])
             .output()
             .unwrap()

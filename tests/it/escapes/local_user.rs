@@ -119,7 +119,7 @@ async fn the_service_refuses_a_state_directory_another_user_controls() {
     ));
     assert!(made.status.success(), "{made:?}");
     let serve = |dir: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_sandboxd"))
+        Command::new(common::SANDBOXD)
             .args(["serve", "--listen", "127.0.0.1:0", "--pool-size", "0"])
             .args(["--docker-host", common::NO_DOCKER])
             .arg("--state-dir")
