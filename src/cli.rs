@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
+use sandboxd::policy::guard::SlipGuard;
 use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::sandbox::guard::SlipGuard;
 use sandboxd::sandbox::{Limits, Runtime};
 use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 use tonic::transport::Channel;

@@ -15,8 +15,8 @@ pub mod defaults;
 
 use crate::error::describe;
 use crate::journal::{Journal, Report};
+use crate::policy::guard::{Refusal, SlipGuard};
 use crate::policy::{CommandDenied, Denial, InvalidRules, Policy, Rules};
-use crate::sandbox::guard::{Refusal, SlipGuard};
 use crate::sandbox::{self, CommandSpec, ContainerSpec, Event, Runtime, Sandbox, labels};
 use crate::state::StateDir;
 use crate::volume::{Quota, Volume, Volumes};

@@ -2,14 +2,13 @@
 //!
 //! [`Runtime`] is the seam to the container engine; [`docker`] implements
 //! it with bollard and is the only module that talks to Docker. Everything
-//! else here is engine-independent: output capping ([`capture`]), the slip
-//! guard ([`guard`]), the command runner with its timeout and kill ladder
-//! ([`run`]), and [`Sandbox`], the owner of one session's container.
+//! else here is engine-independent: output capping ([`capture`]), the
+//! command runner with its timeout and kill ladder ([`run`]), and
+//! [`Sandbox`], the owner of one session's container.
 
 pub mod capture;
 pub mod docker;
 pub mod frames;
-pub mod guard;
 pub mod image;
 pub mod run;
 pub mod supervise;
