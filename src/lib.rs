@@ -19,6 +19,7 @@ pub mod journal;
 pub mod pb;
 pub mod policy;
 pub mod sandbox;
+pub mod secret;
 pub mod server;
 pub mod service;
 pub mod session;

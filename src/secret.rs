@@ -1,0 +1,45 @@
+//! Secrets: making them and comparing them.
+//!
+//! Every credential the service makes (a supervisor link's secret, a
+//! bearer token) comes from [`random_hex`], and every credential it checks
+//! goes through [`constant_time_eq`], so how long a check takes tells a
+//! caller nothing about how much of a guess was right.
+
+/// A fresh secret: 64 hex digits from two version-4 UUIDs, drawn from the
+/// operating system's secure generator (244 of the 256 bits are random; a
+/// UUID fixes its version and variant bits).
+pub fn random_hex() -> String {
+    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
+    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
+    format!("{a:016x}{b:016x}{c:016x}{d:016x}")
+}
+
+/// Whether `a` and `b` are equal, comparing every byte whatever the first
+/// difference (only the length is told by the time taken).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_hex_is_fresh_64_hex_digits() {
+        let (a, b) = (random_hex(), random_hex());
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        let a = random_hex();
+        assert!(constant_time_eq(a.as_bytes(), a.clone().as_bytes()));
+        assert!(constant_time_eq(b"", b""));
+        assert!(!constant_time_eq(a.as_bytes(), random_hex().as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), &a.as_bytes()[..63]));
+        assert!(!constant_time_eq(b"Bearer x", b"Bearer y"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+}
