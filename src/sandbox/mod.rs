@@ -3,14 +3,15 @@
 //! [`Runtime`] is the seam to the container engine; [`docker`] implements
 //! it with bollard and is the only module that talks to Docker. Everything
 //! else here is engine-independent: output capping ([`capture`]), the
-//! command runner with its timeout and kill ladder ([`run`]), and
+//! command runner with its timeout and kill ladder ([`exec_fallback`]), and
 //! [`Sandbox`], the owner of one session's container.
 
 pub mod capture;
+pub mod command;
 pub mod docker;
+pub mod exec_fallback;
 pub mod frames;
 pub mod image;
-pub mod run;
 pub mod supervise;
 pub mod supervisor;
 
@@ -23,7 +24,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 
 pub use capture::Captured;
-pub use run::{CommandSpec, Event, ExitReport, KilledBy};
+pub use command::{CommandSpec, Event, ExitReport, KilledBy};
 
 /// Why a sandbox operation failed. Variants name the operation.
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +252,7 @@ enum Via {
     /// Through the container's supervisor.
     Supervised(supervisor::Supervised),
     /// As its own Docker exec (the fallback path).
-    Exec(run::Running),
+    Exec(exec_fallback::Running),
 }
 
 /// A started command, ready to be driven to its end.
@@ -490,7 +491,7 @@ impl Sandbox {
                 }
             }
         }
-        match run::start(
+        match exec_fallback::start(
             Arc::clone(&self.runtime),
             &container,
             &self.spec.user,
@@ -514,7 +515,7 @@ impl Sandbox {
                 {
                     return Ok(Started { via, notes });
                 }
-                run::start(
+                exec_fallback::start(
                     Arc::clone(&self.runtime),
                     &container,
                     &self.spec.user,

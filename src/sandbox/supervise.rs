@@ -25,8 +25,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::capture::Capture;
+use super::command::TERM_GRACE;
 use super::frames::{self, Decoder, event, request};
-use super::run::TERM_GRACE;
 
 /// Wait after SIGKILL before asking the service for the hard stop.
 const KILL_GRACE: Duration = Duration::from_secs(1);

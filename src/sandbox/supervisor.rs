@@ -33,8 +33,8 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use super::command::{CommandSpec, Event, ExitReport, KilledBy, TERM_GRACE};
 use super::frames::{self, Decoder, event, request};
-use super::run::{CommandSpec, Event, ExitReport, KilledBy, TERM_GRACE};
 use super::{Error, ExecSpec, InputSink, Output, Runtime};
 
 /// Where the supervisor binary is mounted in every container.
