@@ -1,9 +1,8 @@
-//! Secrets: making them and comparing them.
+//! Secrets: making them and comparing them, written once.
 //!
-//! Every credential the service makes (a supervisor link's secret, a
-//! bearer token) comes from [`random_hex`], and every credential it checks
-//! goes through [`constant_time_eq`], so how long a check takes tells a
-//! caller nothing about how much of a guess was right.
+//! [`random_hex`] makes a secret (a supervisor link's, a bearer token);
+//! [`constant_time_eq`] checks one against what it must be, so how long a
+//! check takes tells a caller nothing about how much of a guess was right.
 
 /// A fresh secret: 64 hex digits from two version-4 UUIDs, drawn from the
 /// operating system's secure generator (244 of the 256 bits are random; a
@@ -41,5 +40,15 @@ mod tests {
         assert!(!constant_time_eq(a.as_bytes(), &a.as_bytes()[..63]));
         assert!(!constant_time_eq(b"Bearer x", b"Bearer y"));
         assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn secrets_are_fresh_and_compared_whole() {
+        let (a, b) = (random_hex(), random_hex());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(constant_time_eq(a.as_bytes(), a.clone().as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), b.as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), &a.as_bytes()[..63]));
     }
 }

@@ -2,17 +2,24 @@
 //!
 //! [`Runtime`] is the seam to the container engine; [`docker`] implements
 //! it with bollard and is the only module that talks to Docker. Everything
-//! else here is engine-independent: output capping ([`capture`]), the
-//! command runner with its timeout and kill ladder ([`exec_fallback`]), and
-//! [`Sandbox`], the owner of one session's container.
+//! else here is engine-independent:
+//! - [`command`]: what a command is and how it ended, whichever path ran it;
+//! - [`capture`]: output capping, applied while bytes arrive;
+//! - [`supervisor`]: the usual path, one supervisor process in each
+//!   container that spawns every command and runs its kill ladder
+//!   ([`supervisor::inside`]), driven from the service over a link
+//!   ([`supervisor::host`]);
+//! - [`exec_fallback`]: the path when a container has no supervisor, each
+//!   command as its own exec with the ladder run from the host;
+//! - [`image`]: the default image;
+//! - [`Sandbox`], here: the owner of one session's container, which picks
+//!   the path for each command.
 
 pub mod capture;
 pub mod command;
 pub mod docker;
 pub mod exec_fallback;
-pub mod frames;
 pub mod image;
-pub mod supervise;
 pub mod supervisor;
 
 use std::collections::BTreeMap;
@@ -240,7 +247,7 @@ pub struct Sandbox {
 /// The supervisor of one container.
 #[derive(Debug, Clone)]
 enum LinkState {
-    Up(Arc<supervisor::Link>),
+    Up(Arc<supervisor::host::Link>),
     /// It could not be started in this container: its commands run as
     /// plain execs.
     Unavailable,
@@ -250,7 +257,7 @@ enum LinkState {
 #[derive(Debug)]
 enum Via {
     /// Through the container's supervisor.
-    Supervised(supervisor::Supervised),
+    Supervised(supervisor::host::Supervised),
     /// As its own Docker exec (the fallback path).
     Exec(exec_fallback::Running),
 }
@@ -351,7 +358,7 @@ impl Sandbox {
         }
         self.runtime.ensure_image(&self.spec.image).await?;
         if let Some(dir) = &self.spec.socket_dir {
-            supervisor::make_socket_dir(dir)?;
+            supervisor::host::make_socket_dir(dir)?;
         }
         self.verify_workspace()?;
         let id = self.runtime.start_container(&self.spec).await?;
@@ -393,7 +400,7 @@ impl Sandbox {
     /// A link that was up and died means the container ran untrusted code
     /// with no trusted supervisor: [`Error::LinkLost`], and the caller must
     /// replace the container rather than start another link in it.
-    async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
+    async fn link(&self, container: &str) -> Result<Arc<supervisor::host::Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
             Some((c, LinkState::Up(link))) if c == container => {
@@ -413,16 +420,18 @@ impl Sandbox {
         let rt = &self.runtime;
         let user = &self.spec.user;
         let started = match self.spec.socket_dir.as_deref() {
-            Some(dir) => match supervisor::Link::start(rt, container, user, Some(dir)).await {
-                Ok(link) => Ok(link),
-                Err(e) => {
-                    // The engine's own stdio reaches containers a host
-                    // socket cannot (gVisor).
-                    tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
-                    supervisor::Link::start(rt, container, user, None).await
+            Some(dir) => {
+                match supervisor::host::Link::start(rt, container, user, Some(dir)).await {
+                    Ok(link) => Ok(link),
+                    Err(e) => {
+                        // The engine's own stdio reaches containers a host
+                        // socket cannot (gVisor).
+                        tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
+                        supervisor::host::Link::start(rt, container, user, None).await
+                    }
                 }
-            },
-            None => supervisor::Link::start(rt, container, user, None).await,
+            }
+            None => supervisor::host::Link::start(rt, container, user, None).await,
         };
         match started {
             Ok(link) => {
@@ -572,7 +581,7 @@ impl Sandbox {
             tracing::warn!(container, error = %e, "the supervisor link died");
             Error::LinkLost
         })?;
-        Ok(Via::Supervised(supervisor::Supervised {
+        Ok(Via::Supervised(supervisor::host::Supervised {
             rt: Arc::clone(&self.runtime),
             link,
             container: container.to_string(),
