@@ -32,6 +32,7 @@ use futures_util::Stream;
 
 pub use capture::Captured;
 pub use command::{CommandSpec, Event, ExitReport, KilledBy};
+use supervisor::host::{Link, Supervised};
 
 /// Why a sandbox operation failed. Variants name the operation.
 #[derive(Debug, thiserror::Error)]
@@ -247,7 +248,7 @@ pub struct Sandbox {
 /// The supervisor of one container.
 #[derive(Debug, Clone)]
 enum LinkState {
-    Up(Arc<supervisor::host::Link>),
+    Up(Arc<Link>),
     /// It could not be started in this container: its commands run as
     /// plain execs.
     Unavailable,
@@ -257,7 +258,7 @@ enum LinkState {
 #[derive(Debug)]
 enum Via {
     /// Through the container's supervisor.
-    Supervised(supervisor::host::Supervised),
+    Supervised(Supervised),
     /// As its own Docker exec (the fallback path).
     Exec(exec_fallback::Running),
 }
@@ -400,7 +401,7 @@ impl Sandbox {
     /// A link that was up and died means the container ran untrusted code
     /// with no trusted supervisor: [`Error::LinkLost`], and the caller must
     /// replace the container rather than start another link in it.
-    async fn link(&self, container: &str) -> Result<Arc<supervisor::host::Link>, Error> {
+    async fn link(&self, container: &str) -> Result<Arc<Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
             Some((c, LinkState::Up(link))) if c == container => {
@@ -420,18 +421,16 @@ impl Sandbox {
         let rt = &self.runtime;
         let user = &self.spec.user;
         let started = match self.spec.socket_dir.as_deref() {
-            Some(dir) => {
-                match supervisor::host::Link::start(rt, container, user, Some(dir)).await {
-                    Ok(link) => Ok(link),
-                    Err(e) => {
-                        // The engine's own stdio reaches containers a host
-                        // socket cannot (gVisor).
-                        tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
-                        supervisor::host::Link::start(rt, container, user, None).await
-                    }
+            Some(dir) => match Link::start(rt, container, user, Some(dir)).await {
+                Ok(link) => Ok(link),
+                Err(e) => {
+                    // The engine's own stdio reaches containers a host
+                    // socket cannot (gVisor).
+                    tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
+                    Link::start(rt, container, user, None).await
                 }
-            }
-            None => supervisor::host::Link::start(rt, container, user, None).await,
+            },
+            None => Link::start(rt, container, user, None).await,
         };
         match started {
             Ok(link) => {
@@ -581,7 +580,7 @@ impl Sandbox {
             tracing::warn!(container, error = %e, "the supervisor link died");
             Error::LinkLost
         })?;
-        Ok(Via::Supervised(supervisor::host::Supervised {
+        Ok(Via::Supervised(Supervised {
             rt: Arc::clone(&self.runtime),
             link,
             container: container.to_string(),

@@ -25,6 +25,8 @@
 //! This module holds the link itself; `peer` decides who may be the
 //! supervisor, `relay` drives one command over the link.
 
+#[cfg(test)]
+mod blind;
 mod peer;
 mod relay;
 

@@ -147,50 +147,7 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     use super::*;
-    use crate::sandbox::{ContainerSpec, ExecSpec, ExecState, InputSink, OutputStream};
-
-    /// An engine that knows nothing: exec pids are unknown, so only the
-    /// peer's uid and secret decide.
-    #[derive(Debug)]
-    struct Blind;
-
-    #[tonic::async_trait]
-    impl Runtime for Blind {
-        async fn ensure_image(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn start_container(&self, _: &ContainerSpec) -> Result<String, Error> {
-            Err(Error::StartContainer("blind".into()))
-        }
-        async fn kill_container(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn remove_container(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn start_exec(&self, _: &str, _: &ExecSpec) -> Result<(String, OutputStream), Error> {
-            Err(Error::StartExec("blind".into()))
-        }
-        async fn start_exec_with_stdin(
-            &self,
-            _: &str,
-            _: &ExecSpec,
-        ) -> Result<(String, OutputStream, InputSink), Error> {
-            Err(Error::StartExec("blind".into()))
-        }
-        async fn exec_state(&self, _: &str) -> Result<ExecState, Error> {
-            Ok(ExecState::Running)
-        }
-        async fn remove_labelled(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &str,
-        ) -> Result<usize, Error> {
-            Ok(0)
-        }
-    }
+    use crate::sandbox::supervisor::host::blind::Blind;
 
     async fn greet(path: std::path::PathBuf, bytes: Vec<u8>) {
         if let Ok(mut s) = tokio::net::UnixStream::connect(&path).await {
@@ -234,7 +191,8 @@ mod tests {
         }
         tokio::spawn(greet(path.clone(), ready(&secret)));
         let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        let accepted = accept_supervisor(&listener, &Blind, "exec", &secret, until).await;
+        let accepted =
+            accept_supervisor(&listener, &Blind::default(), "exec", &secret, until).await;
         assert!(accepted.is_ok(), "{accepted:?}");
     }
 }

@@ -143,3 +143,81 @@ impl Supervised {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use super::*;
+    use crate::sandbox::supervisor::host::blind::Blind;
+
+    /// Drives one command whose supervisor reports `rung` in its exit;
+    /// returns the report and how many containers were killed.
+    async fn drive_with_rung(rung: u32) -> (ExitReport, usize) {
+        let engine = Arc::new(Blind::default());
+        let link = Arc::new(Link {
+            input: tokio::sync::Mutex::new(Box::pin(tokio::io::sink())),
+            routes: Arc::default(),
+            next_id: AtomicU64::new(2),
+            alive: Arc::new(AtomicBool::new(true)),
+            watched: None,
+        });
+        let (tx, frames) = mpsc::channel(4);
+        let exit = frames::Exit {
+            exit_code: 143,
+            rung,
+            ..Default::default()
+        };
+        tx.send(frames::Event {
+            id: 1,
+            kind: Some(event::Kind::Exit(exit)),
+        })
+        .await
+        .unwrap();
+        let command = Supervised {
+            rt: Arc::clone(&engine) as Arc<dyn Runtime>,
+            link,
+            container: "c".into(),
+            id: 1,
+            frames,
+            spec: CommandSpec {
+                command: "sleep 60".into(),
+                cwd: "/workspace".into(),
+                env: Default::default(),
+                timeout: Duration::from_secs(30),
+                stdout_cap: 100,
+                stderr_cap: 100,
+            },
+            started: Instant::now(),
+        };
+        let (events, _listening) = mpsc::channel(16);
+        let (report, client_gone) = command.drive(&events).await;
+        assert!(!client_gone);
+        (report, engine.kills.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn the_supervisors_rung_is_taken_as_sent() {
+        let (report, kills) = drive_with_rung(1).await;
+        assert_eq!(report.killed_by, KilledBy::ProcessGroupTerm);
+        assert_eq!(report.exit_code, 143);
+        assert_eq!(kills, 0);
+        // The group survived SIGKILL: the service kills the container.
+        let (report, kills) = drive_with_rung(3).await;
+        assert_eq!(report.killed_by, KilledBy::Container);
+        assert_eq!(report.exit_code, 143);
+        assert_eq!(kills, 1);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_rung_is_refused_and_the_container_killed() {
+        let (report, kills) = drive_with_rung(9).await;
+        assert_eq!(report.killed_by, KilledBy::Container);
+        assert_eq!(
+            report.exit_code, -1,
+            "no result of a broken protocol is kept"
+        );
+        assert_eq!(report.notes, vec![LOST.to_string()]);
+        assert_eq!(kills, 1);
+    }
+}
