@@ -22,10 +22,10 @@
 //! 6. `workspace`: the host-side file tools, confined to the workspace.
 //! 7. `policy`: the one place deciding what a session may write and run.
 //! 8. `sandbox`: containers, and the commands run in them.
-//! 9. `state`, `provision`, `pb`: the service's private state directory,
-//!    touched through directory fds; the host programs it needs, installed
-//!    when missing; the generated wire types, which only layers 1 and 2
-//!    use.
+//! 9. `state`, `provision`, `secret`, `pb`: the service's private state
+//!    directory, touched through directory fds; the host programs it needs,
+//!    installed when missing; making and comparing secrets; the generated
+//!    wire types, which only layers 1 and 2 use.
 
 #![warn(missing_docs)]
 
@@ -39,6 +39,7 @@ pub mod pb;
 pub mod policy;
 pub mod provision;
 pub mod sandbox;
+pub mod secret;
 pub mod server;
 pub mod service;
 pub mod session;

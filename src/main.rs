@@ -44,7 +44,7 @@ async fn run(args: Cli) -> ExitCode {
             std::thread::sleep(Duration::from_secs(3600));
         },
         Command::Supervise { connect, user } => {
-            sandboxd::sandbox::supervise::supervise(connect, user)
+            sandboxd::sandbox::supervisor::inside::supervise(connect, user)
                 .await
                 .map(|()| ExitCode::SUCCESS)
                 .map_err(Into::into)

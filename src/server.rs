@@ -46,15 +46,8 @@ impl Interceptor for BearerAuth {
             .get("authorization")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        // Compare every byte whatever the first difference, so timing tells
-        // nothing about the token.
-        let same = given.len() == expected.len()
-            && given
-                .iter()
-                .zip(expected.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if same {
+        // Timing must tell nothing about the token.
+        if crate::secret::constant_time_eq(given, expected) {
             Ok(req)
         } else {
             Err(crate::error::Error::Unauthenticated.into())

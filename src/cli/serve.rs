@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use sandboxd::policy::guard::SlipGuard;
 use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::sandbox::guard::SlipGuard;
 use sandboxd::sandbox::{Limits, Runtime, runsc};
 use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 

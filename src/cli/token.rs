@@ -22,9 +22,7 @@ pub fn make_token(
 ) -> Result<String, AnyError> {
     use std::io::Write;
     let state = sandboxd::state::StateDir::open(state_dir)?;
-    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
-    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
-    let token = format!("{a:016x}{b:016x}{c:016x}{d:016x}");
+    let token = sandboxd::secret::random_hex();
     for (name, text) in [(LISTEN_FILE, addr.to_string()), (TOKEN_FILE, token.clone())] {
         state.remove_file(name)?;
         let mut file = state.create_private(name)?;

@@ -2,18 +2,25 @@
 //!
 //! [`Runtime`] is the seam to the container engine; [`docker`] implements
 //! it with bollard and is the only module that talks to Docker. Everything
-//! else here is engine-independent: output capping ([`capture`]), the slip
-//! guard ([`guard`]), the command runner with its timeout and kill ladder
-//! ([`run`]), and [`Sandbox`], the owner of one session's container.
+//! else here is engine-independent:
+//! - [`command`]: what a command is and how it ended, whichever path ran it;
+//! - [`capture`]: output capping, applied while bytes arrive;
+//! - [`supervisor`]: the usual path, one supervisor process in each
+//!   container that spawns every command and runs its kill ladder
+//!   ([`supervisor::inside`]), driven from the service over a link
+//!   ([`supervisor::host`]);
+//! - [`exec_fallback`]: the path when a container has no supervisor, each
+//!   command as its own exec with the ladder run from the host;
+//! - [`image`]: the default image;
+//! - [`Sandbox`], here: the owner of one session's container, which picks
+//!   the path for each command.
 
 pub mod capture;
+pub mod command;
 pub mod docker;
-pub mod frames;
-pub mod guard;
+pub mod exec_fallback;
 pub mod image;
-pub mod run;
 pub mod runsc;
-pub mod supervise;
 pub mod supervisor;
 
 use std::collections::BTreeMap;
@@ -25,7 +32,8 @@ use bytes::Bytes;
 use futures_util::Stream;
 
 pub use capture::Captured;
-pub use run::{CommandSpec, Event, ExitReport, KilledBy};
+pub use command::{CommandSpec, Event, ExitReport, KilledBy};
+use supervisor::host::{Link, Supervised};
 
 /// Why a sandbox operation failed. Variants name the operation.
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +249,7 @@ pub struct Sandbox {
 /// The supervisor of one container.
 #[derive(Debug, Clone)]
 enum LinkState {
-    Up(Arc<supervisor::Link>),
+    Up(Arc<Link>),
     /// It could not be started in this container: its commands run as
     /// plain execs.
     Unavailable,
@@ -251,9 +259,9 @@ enum LinkState {
 #[derive(Debug)]
 enum Via {
     /// Through the container's supervisor.
-    Supervised(supervisor::Supervised),
+    Supervised(Supervised),
     /// As its own Docker exec (the fallback path).
-    Exec(run::Running),
+    Exec(exec_fallback::Running),
 }
 
 /// A started command, ready to be driven to its end.
@@ -352,7 +360,7 @@ impl Sandbox {
         }
         self.runtime.ensure_image(&self.spec.image).await?;
         if let Some(dir) = &self.spec.socket_dir {
-            supervisor::make_socket_dir(dir)?;
+            supervisor::host::make_socket_dir(dir)?;
         }
         self.verify_workspace()?;
         let id = self.runtime.start_container(&self.spec).await?;
@@ -394,7 +402,7 @@ impl Sandbox {
     /// A link that was up and died means the container ran untrusted code
     /// with no trusted supervisor: [`Error::LinkLost`], and the caller must
     /// replace the container rather than start another link in it.
-    async fn link(&self, container: &str) -> Result<Arc<supervisor::Link>, Error> {
+    async fn link(&self, container: &str) -> Result<Arc<Link>, Error> {
         let mut slot = self.link.lock().await;
         match slot.as_ref() {
             Some((c, LinkState::Up(link))) if c == container => {
@@ -414,16 +422,16 @@ impl Sandbox {
         let rt = &self.runtime;
         let user = &self.spec.user;
         let started = match self.spec.socket_dir.as_deref() {
-            Some(dir) => match supervisor::Link::start(rt, container, user, Some(dir)).await {
+            Some(dir) => match Link::start(rt, container, user, Some(dir)).await {
                 Ok(link) => Ok(link),
                 Err(e) => {
                     // The engine's own stdio reaches containers a host
                     // socket cannot (gVisor).
                     tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
-                    supervisor::Link::start(rt, container, user, None).await
+                    Link::start(rt, container, user, None).await
                 }
             },
-            None => supervisor::Link::start(rt, container, user, None).await,
+            None => Link::start(rt, container, user, None).await,
         };
         match started {
             Ok(link) => {
@@ -492,7 +500,7 @@ impl Sandbox {
                 }
             }
         }
-        match run::start(
+        match exec_fallback::start(
             Arc::clone(&self.runtime),
             &container,
             &self.spec.user,
@@ -516,7 +524,7 @@ impl Sandbox {
                 {
                     return Ok(Started { via, notes });
                 }
-                run::start(
+                exec_fallback::start(
                     Arc::clone(&self.runtime),
                     &container,
                     &self.spec.user,
@@ -573,7 +581,7 @@ impl Sandbox {
             tracing::warn!(container, error = %e, "the supervisor link died");
             Error::LinkLost
         })?;
-        Ok(Via::Supervised(supervisor::Supervised {
+        Ok(Via::Supervised(Supervised {
             rt: Arc::clone(&self.runtime),
             link,
             container: container.to_string(),

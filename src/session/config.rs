@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::defaults;
 use super::error::Error;
+use crate::policy::guard::SlipGuard;
 use crate::sandbox;
-use crate::sandbox::guard::SlipGuard;
 use crate::workspace::Limits;
 
 /// Operator settings for sessions.

@@ -4,8 +4,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::policy::guard::Refusal;
 use crate::policy::{Denial, InvalidRules};
-use crate::sandbox::guard::Refusal;
 
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,8 @@
 use bytes::{Buf, BytesMut};
 use prost::Message;
 
+use crate::sandbox::KilledBy;
+
 /// A request to the supervisor.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Request {
@@ -97,8 +99,8 @@ pub struct Exit {
     /// The timeout fired.
     #[prost(bool, tag = "2")]
     pub timed_out: bool,
-    /// 0 none, 1 group TERM, 2 group KILL, 3 the group survived KILL: the
-    /// service must kill the container.
+    /// The rung of the kill ladder that stopped the command, numbered as
+    /// in `From<KilledBy> for u32`; read it with [`Exit::killed_by`].
     #[prost(uint32, tag = "3")]
     pub rung: u32,
     /// Kept stdout.
@@ -110,6 +112,50 @@ pub struct Exit {
     /// The command could not be started; why.
     #[prost(string, tag = "6")]
     pub spawn_error: String,
+}
+
+impl Exit {
+    /// The rung that stopped the command. A number no rung has is refused,
+    /// never taken for some default: a supervisor that sends one is not
+    /// speaking this protocol.
+    pub fn killed_by(&self) -> Result<KilledBy, UnknownRung> {
+        KilledBy::try_from(self.rung)
+    }
+}
+
+/// A rung number the protocol does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the kill ladder has no rung {0}")]
+pub struct UnknownRung(pub u32);
+
+/// The kill ladder's rungs on the wire: 0 the command ended by itself, 1
+/// SIGTERM to its group ended it, 2 SIGKILL to its group did, 3 the group
+/// survived SIGKILL and the service must kill the container. The numbers
+/// are written out rather than taken from the enum's order, so reordering
+/// [`KilledBy`] cannot change what a number means.
+impl From<KilledBy> for u32 {
+    fn from(rung: KilledBy) -> u32 {
+        match rung {
+            KilledBy::None => 0,
+            KilledBy::ProcessGroupTerm => 1,
+            KilledBy::ProcessGroupKill => 2,
+            KilledBy::Container => 3,
+        }
+    }
+}
+
+impl TryFrom<u32> for KilledBy {
+    type Error = UnknownRung;
+
+    fn try_from(rung: u32) -> Result<KilledBy, UnknownRung> {
+        match rung {
+            0 => Ok(KilledBy::None),
+            1 => Ok(KilledBy::ProcessGroupTerm),
+            2 => Ok(KilledBy::ProcessGroupKill),
+            3 => Ok(KilledBy::Container),
+            other => Err(UnknownRung(other)),
+        }
+    }
 }
 
 /// The kept part of one stream (see `capture::Captured`).
@@ -132,8 +178,8 @@ pub struct Stream {
     pub omitted_bytes: u64,
 }
 
-impl From<super::Captured> for Stream {
-    fn from(c: super::Captured) -> Self {
+impl From<crate::sandbox::Captured> for Stream {
+    fn from(c: crate::sandbox::Captured) -> Self {
         Stream {
             text: c.text,
             tail: c.tail,
@@ -144,9 +190,9 @@ impl From<super::Captured> for Stream {
     }
 }
 
-impl From<Stream> for super::Captured {
+impl From<Stream> for crate::sandbox::Captured {
     fn from(s: Stream) -> Self {
-        super::Captured {
+        crate::sandbox::Captured {
             text: s.text,
             tail: s.tail,
             total_bytes: s.total_bytes,
@@ -244,6 +290,33 @@ mod tests {
                 }
             }
             assert_eq!(got, frames);
+        }
+    }
+
+    #[test]
+    fn every_rung_crosses_the_wire_and_unknown_rungs_are_refused() {
+        for (rung, number) in [
+            (KilledBy::None, 0),
+            (KilledBy::ProcessGroupTerm, 1),
+            (KilledBy::ProcessGroupKill, 2),
+            (KilledBy::Container, 3),
+        ] {
+            assert_eq!(u32::from(rung), number);
+            let exit = Exit {
+                rung: rung.into(),
+                ..Default::default()
+            };
+            let mut d = Decoder::default();
+            d.push(&encode(&exit));
+            let back = d.next_frame::<Exit>().unwrap().unwrap();
+            assert_eq!(back.killed_by(), Ok(rung));
+        }
+        for number in [4, 255, u32::MAX] {
+            let exit = Exit {
+                rung: number,
+                ..Default::default()
+            };
+            assert_eq!(exit.killed_by(), Err(UnknownRung(number)));
         }
     }
 }

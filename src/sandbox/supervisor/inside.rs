@@ -24,9 +24,9 @@ use rustix::process::{Pid, Signal};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::capture::Capture;
 use super::frames::{self, Decoder, event, request};
-use super::run::TERM_GRACE;
+use crate::sandbox::capture::Capture;
+use crate::sandbox::command::{KilledBy, TERM_GRACE};
 
 /// Wait after SIGKILL before asking the service for the hard stop.
 const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -289,9 +289,9 @@ async fn run_one(
         }
     }
 
-    let mut rung = 0;
+    let mut killed_by = KilledBy::None;
     if stop {
-        rung = ladder(pgid, &mut child).await;
+        killed_by = ladder(pgid, &mut child).await;
         // Collect what the pipes still hold, briefly.
         let until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
         while out.is_some() || err.is_some() {
@@ -310,7 +310,7 @@ async fn run_one(
     let exit = frames::Exit {
         exit_code,
         timed_out,
-        rung,
+        rung: killed_by.into(),
         stdout: Some(stdout.finish().into()),
         stderr: Some(stderr.finish().into()),
         spawn_error: String::new(),
@@ -319,21 +319,21 @@ async fn run_one(
 }
 
 /// SIGTERM to the group, grace, SIGKILL, grace. Returns the rung that
-/// emptied the group: 1 TERM, 2 KILL, 3 not even KILL (the service kills
-/// the container).
-async fn ladder(pgid: u32, child: &mut tokio::process::Child) -> u32 {
+/// emptied the group; [`KilledBy::Container`] when not even SIGKILL did
+/// (the service then kills the container).
+async fn ladder(pgid: u32, child: &mut tokio::process::Child) -> KilledBy {
     let Some(group) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
-        return 3;
+        return KilledBy::Container;
     };
     let _ = rustix::process::kill_process_group(group, Signal::TERM);
     if gone(group, child, TERM_GRACE).await {
-        return 1;
+        return KilledBy::ProcessGroupTerm;
     }
     let _ = rustix::process::kill_process_group(group, Signal::KILL);
     if gone(group, child, KILL_GRACE).await {
-        return 2;
+        return KilledBy::ProcessGroupKill;
     }
-    3
+    KilledBy::Container
 }
 
 /// Waits until the command has exited and no process is left in its group.

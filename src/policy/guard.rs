@@ -5,6 +5,9 @@
 //! It prevents slips, not attacks: anyone can spell these commands in a way
 //! no pattern catches. The container (no network, no capabilities, only the
 //! workspace mounted) is the security boundary.
+//!
+//! A guard is part of a session's policy: the operator's rules plus the
+//! session's own patterns, consulted by [`super::Policy::check_command`].
 
 use regex::{Regex, RegexSet};
 

@@ -12,10 +12,15 @@
 //! The file tools call [`Policy::check_write`] under the path's write lock
 //! with the resolved path, so nothing can be swapped in between check and
 //! write.
+//!
+//! Commands are decided by [`Policy::check_command`]: read-only sessions run
+//! none, and the slip guard ([`guard`]) refuses obvious slips.
+
+pub mod guard;
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::sandbox::guard::{Refusal, SlipGuard};
+use guard::{Refusal, SlipGuard};
 
 /// What a session asks for at creation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -21,99 +21,39 @@
 //!   killed, whatever it sends;
 //! - a link that dies is never re-opened in the same container: the
 //!   container is replaced (see `Sandbox`).
+//!
+//! This module holds the link itself; `peer` decides who may be the
+//! supervisor, `relay` drives one command over the link.
+
+#[cfg(test)]
+mod blind;
+mod peer;
+mod relay;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::frames::{self, Decoder, event, request};
-use super::run::{CommandSpec, Event, ExitReport, KilledBy, TERM_GRACE};
-use super::{Error, ExecSpec, InputSink, Output, Runtime};
+use super::{MOUNT_PATH, RUN_PATH, SOCKET, SUPERVISOR_USER};
+use crate::sandbox::command::CommandSpec;
+use crate::sandbox::{Error, ExecSpec, ExecState, InputSink, Output, Runtime};
+use crate::secret;
 
-/// Where the supervisor binary is mounted in every container.
-pub const MOUNT_PATH: &str = "/.sandboxd/sandboxd";
-/// Where the container's socket directory is mounted (read-only).
-pub const RUN_PATH: &str = "/.sandboxd/run";
-/// The socket's name in that directory.
-const SOCKET: &str = "sock";
-/// The user the supervisor runs as in the container: not the commands'.
-pub const SUPERVISOR_USER: &str = "0:0";
-/// Capabilities the container keeps for its supervisor alone (commands run
-/// as another user, so theirs are empty): switching to the commands' user
-/// and signalling their process groups.
-pub const SUPERVISOR_CAPS: [&str; 3] = ["SETUID", "SETGID", "KILL"];
+pub use peer::make_socket_dir;
+pub use relay::Supervised;
 
 type FrameStream = Pin<Box<dyn futures_util::Stream<Item = bytes::Bytes> + Send>>;
 
-/// Makes a container's socket directory: root's (the service's), mode
-/// 0700, so only root in that container can reach the socket inside.
-pub fn make_socket_dir(dir: &Path) -> Result<(), Error> {
-    use rustix::fs::{Mode, OFlags};
-    let fail = |e: rustix::io::Errno| {
-        Error::StartContainer(format!("socket directory {}: {e}", dir.display()))
-    };
-    match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o700)) {
-        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-        Err(e) => return Err(fail(e)),
-    }
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(fail)?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(fail)
-}
-
-/// Listens on the socket in `dir` (made private first: only root can reach
-/// the socket through it, from the moment it exists), then makes the socket
-/// itself 0600. The process umask is never touched: other threads create
-/// files meanwhile.
-fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let fail = |e: std::io::Error| {
-        Error::StartExec(format!("supervisor socket in {}: {e}", dir.display()))
-    };
-    make_socket_dir(dir)?;
-    let path = dir.join(SOCKET);
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(fail(e)),
-    }
-    let listener = tokio::net::UnixListener::bind(&path).map_err(fail)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
-    Ok(listener)
-}
-
-/// A fresh secret for one link: 256 random bits, hex.
-fn new_secret() -> String {
-    let (a, b) = uuid::Uuid::new_v4().as_u64_pair();
-    let (c, d) = uuid::Uuid::new_v4().as_u64_pair();
-    format!("{a:016x}{b:016x}{c:016x}{d:016x}")
-}
-
-/// Compares secrets in constant time.
-fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 /// How long a new supervisor may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Slack past timeout + ladder before the service stops waiting for the
-/// supervisor and kills the container itself.
-const SILENCE_SLACK: Duration = Duration::from_secs(5);
 /// How often a stdio-framed supervisor's exec is checked for life.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes of frames one command may receive beyond its output caps (exit
@@ -153,91 +93,6 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// How long a connecting peer may take to greet before it is dropped.
-const GREETING_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Reads one frame from a fresh connection within `until` (and within
-/// [`GREETING_TIMEOUT`], so a silent peer cannot hold up the real one).
-async fn first_frame(
-    stream: &mut tokio::net::UnixStream,
-    until: tokio::time::Instant,
-) -> Option<(frames::Event, Decoder)> {
-    use tokio::io::AsyncReadExt;
-    let until = until.min(tokio::time::Instant::now() + GREETING_TIMEOUT);
-    let mut decoder = Decoder::default();
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let n = tokio::time::timeout_at(until, stream.read(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        decoder.push(&buf[..n]);
-        // A greeting is tiny: anything longer is not a supervisor.
-        if decoder.buffered() > 4096 {
-            return None;
-        }
-        match decoder.next_frame::<frames::Event>() {
-            Ok(Some(ev)) => return Some((ev, decoder)),
-            Ok(None) => {}
-            Err(_) => return None,
-        }
-    }
-}
-
-/// Accepts connections on `listener` until one is the supervisor: root,
-/// the process the engine started as exec `exec`, greeting with `secret`.
-/// Anything else is dropped and logged.
-async fn accept_supervisor(
-    listener: &tokio::net::UnixListener,
-    rt: &dyn Runtime,
-    exec: &str,
-    secret: &str,
-    until: tokio::time::Instant,
-) -> Result<(tokio::net::UnixStream, Decoder), Error> {
-    loop {
-        let (mut stream, _) = tokio::time::timeout_at(until, listener.accept())
-            .await
-            .map_err(|_| Error::StartExec("the supervisor did not connect".into()))?
-            .map_err(|e| Error::StartExec(format!("accepting the supervisor: {e}")))?;
-        let cred = match rustix::net::sockopt::socket_peercred(&stream) {
-            Ok(cred) => cred,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read a link peer's credentials; dropped");
-                continue;
-            }
-        };
-        let peer_pid = cred.pid.as_raw_nonzero().get() as i64;
-        let expected = rt.exec_pid(exec).await;
-        if cred.uid.as_raw() != 0 || expected.is_some_and(|p| p != peer_pid) {
-            tracing::warn!(
-                uid = cred.uid.as_raw(),
-                pid = peer_pid,
-                ?expected,
-                "a process other than the supervisor connected to its socket; dropped"
-            );
-            continue;
-        }
-        match first_frame(&mut stream, until).await {
-            Some((
-                frames::Event {
-                    kind: Some(event::Kind::Ready(given)),
-                    ..
-                },
-                decoder,
-            )) if same_secret(&given, secret) => return Ok((stream, decoder)),
-            _ => {
-                tracing::warn!(
-                    pid = peer_pid,
-                    "a link peer did not greet with the supervisor's secret; dropped"
-                );
-            }
-        }
-    }
-}
-
 impl Link {
     /// Starts the supervisor in `container` (as root there; its commands
     /// run as `user`) and waits until it is ready and proven. With
@@ -260,7 +115,7 @@ impl Link {
         let listener = match socket_dir {
             Some(dir) => {
                 argv.extend(["--connect".to_string(), format!("{RUN_PATH}/{SOCKET}")]);
-                Some(listen(dir)?)
+                Some(peer::listen(dir)?)
             }
             None => None,
         };
@@ -273,7 +128,7 @@ impl Link {
         let (exec, mut output, mut stdin) = rt.start_exec_with_stdin(container, &spec).await?;
         // The secret travels over the exec's stdin: only the engine and the
         // supervisor see it (not the command line, not the environment).
-        let secret = new_secret();
+        let secret = secret::random_hex();
         stdin
             .write_all(format!("{secret}\n").as_bytes())
             .await
@@ -288,7 +143,7 @@ impl Link {
                 // such as gVisor keeps host sockets out) exits: fail at
                 // once.
                 let accepted = tokio::select! {
-                    accepted = accept_supervisor(&listener, rt.as_ref(), &exec, &secret, until) => accepted,
+                    accepted = peer::accept_supervisor(&listener, rt.as_ref(), &exec, &secret, until) => accepted,
                     () = async { while output.next().await.is_some() {} } => {
                         Err(Error::StartExec("the supervisor exited before connecting".into()))
                     }
@@ -340,7 +195,10 @@ impl Link {
                                 // The first frame must be the greeting.
                                 match &ev.kind {
                                     Some(event::Kind::Ready(given))
-                                        if same_secret(given, &reader_secret) =>
+                                        if secret::constant_time_eq(
+                                            given.as_bytes(),
+                                            reader_secret.as_bytes(),
+                                        ) =>
                                     {
                                         if let Some(tx) = ready.take() {
                                             let _ = tx.send(());
@@ -497,129 +355,6 @@ impl Link {
     }
 }
 
-/// Said when a command's supervisor link died under it.
-const LOST: &str = "the link to the sandbox's supervisor was lost during this command, so its result is unknown; the container was killed and the next command gets a fresh one (the workspace is intact)";
-/// Said when the supervisor never reported a command's end.
-const SILENT: &str = "the sandbox's supervisor did not report this command's end in time, so the container was killed; the next command gets a fresh one (the workspace is intact)";
-
-/// A command started through a supervisor, ready to be driven.
-#[derive(Debug)]
-pub struct Supervised {
-    pub(super) rt: Arc<dyn Runtime>,
-    pub(super) link: Arc<Link>,
-    pub(super) container: String,
-    pub(super) id: u64,
-    pub(super) frames: mpsc::Receiver<frames::Event>,
-    pub(super) spec: CommandSpec,
-    pub(super) started: Instant,
-}
-
-impl Supervised {
-    /// Relays the supervisor's frames as events until the exit. A client
-    /// that goes away cancels the command; a supervisor that dies or stays
-    /// silent past the ladder's time gets the container killed.
-    pub async fn drive(mut self, events: &mpsc::Sender<Event>) -> (ExitReport, bool) {
-        let mut client_gone = events
-            .send(Event::Started {
-                container_id: self.container.clone(),
-                cwd: self.spec.cwd.clone(),
-                timeout: self.spec.timeout,
-            })
-            .await
-            .is_err();
-        if client_gone {
-            self.link.cancel(self.id).await;
-        }
-        let silence = tokio::time::Instant::from_std(self.started)
-            + self.spec.timeout
-            + TERM_GRACE
-            + SILENCE_SLACK;
-        let mut cancelled = client_gone;
-        let exit = loop {
-            tokio::select! {
-                frame = self.frames.recv() => match frame.and_then(|f| f.kind) {
-                    Some(event::Kind::Exit(exit)) => break Ok(exit),
-                    Some(event::Kind::Stdout(text)) => {
-                        if !client_gone && events.send(Event::Stdout(text)).await.is_err() {
-                            client_gone = true;
-                            cancelled = true;
-                            self.link.cancel(self.id).await;
-                        }
-                    }
-                    Some(event::Kind::Stderr(text)) => {
-                        if !client_gone && events.send(Event::Stderr(text)).await.is_err() {
-                            client_gone = true;
-                            cancelled = true;
-                            self.link.cancel(self.id).await;
-                        }
-                    }
-                    Some(event::Kind::Ready(_)) => {}
-                    // The supervisor died (or the container with it).
-                    None => break Err(LOST),
-                },
-                _ = events.closed(), if !client_gone => {
-                    client_gone = true;
-                    cancelled = true;
-                    self.link.cancel(self.id).await;
-                }
-                _ = tokio::time::sleep_until(silence) => break Err(SILENT),
-            }
-        };
-        self.link.forget(self.id);
-        let report = match exit {
-            Ok(exit) => {
-                let killed_by = match exit.rung {
-                    0 => KilledBy::None,
-                    1 => KilledBy::ProcessGroupTerm,
-                    2 => KilledBy::ProcessGroupKill,
-                    _ => {
-                        self.kill_container().await;
-                        KilledBy::Container
-                    }
-                };
-                let mut stderr: super::Captured = exit.stderr.unwrap_or_default().into();
-                if !exit.spawn_error.is_empty() {
-                    stderr.text.push_str(&exit.spawn_error);
-                }
-                ExitReport {
-                    exit_code: exit.exit_code,
-                    timed_out: exit.timed_out,
-                    cancelled,
-                    killed_by,
-                    oom_killed: false,
-                    pids_exhausted: false,
-                    notes: Vec::new(),
-                    duration: self.started.elapsed(),
-                    stdout: exit.stdout.unwrap_or_default().into(),
-                    stderr,
-                }
-            }
-            Err(note) => {
-                self.kill_container().await;
-                ExitReport {
-                    exit_code: -1,
-                    timed_out: self.started.elapsed() >= self.spec.timeout,
-                    cancelled,
-                    killed_by: KilledBy::Container,
-                    oom_killed: false,
-                    pids_exhausted: false,
-                    notes: vec![note.to_string()],
-                    duration: self.started.elapsed(),
-                    stdout: Default::default(),
-                    stderr: Default::default(),
-                }
-            }
-        };
-        (report, client_gone)
-    }
-
-    async fn kill_container(&self) {
-        if let Err(e) = self.rt.kill_container(&self.container).await {
-            tracing::warn!(container = %self.container, error = %e, "cannot kill container");
-        }
-    }
-}
-
 /// Hands a frame to its command, charging the command's budget. Frames for
 /// no running command are dropped. Returns false when the peer broke the
 /// protocol (a command's frames past its budget): the link must be cut.
@@ -651,63 +386,14 @@ async fn route(routes: &Routes, ev: frames::Event) -> bool {
 /// tells nothing, so it is not taken as an end).
 async fn exec_gone(rt: &dyn Runtime, exec: &str) -> bool {
     match rt.exec_state(exec).await {
-        Ok(super::ExecState::Running) | Err(Error::Connect(_)) => false,
-        Ok(super::ExecState::Exited(_)) | Err(_) => true,
+        Ok(ExecState::Running) | Err(Error::Connect(_)) => false,
+        Ok(ExecState::Exited(_)) | Err(_) => true,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
-
-    /// An engine that knows nothing: exec pids are unknown, so only the
-    /// peer's uid and secret decide.
-    #[derive(Debug)]
-    struct Blind;
-
-    #[tonic::async_trait]
-    impl Runtime for Blind {
-        async fn ensure_image(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn start_container(&self, _: &super::super::ContainerSpec) -> Result<String, Error> {
-            Err(Error::StartContainer("blind".into()))
-        }
-        async fn kill_container(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn remove_container(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn start_exec(
-            &self,
-            _: &str,
-            _: &ExecSpec,
-        ) -> Result<(String, super::super::OutputStream), Error> {
-            Err(Error::StartExec("blind".into()))
-        }
-        async fn start_exec_with_stdin(
-            &self,
-            _: &str,
-            _: &ExecSpec,
-        ) -> Result<(String, super::super::OutputStream, InputSink), Error> {
-            Err(Error::StartExec("blind".into()))
-        }
-        async fn exec_state(&self, _: &str) -> Result<super::super::ExecState, Error> {
-            Ok(super::super::ExecState::Running)
-        }
-        async fn remove_labelled(
-            &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &str,
-        ) -> Result<usize, Error> {
-            Ok(0)
-        }
-    }
 
     fn stdout(id: u64, text: &str) -> frames::Event {
         frames::Event {
@@ -739,58 +425,5 @@ mod tests {
         // Live head, final head and tail, 4 bytes a character, both streams.
         assert!(budget >= 2 * 4000 * 4 * 2);
         assert!(budget < 1 << 20);
-    }
-
-    async fn greet(path: std::path::PathBuf, bytes: Vec<u8>) {
-        if let Ok(mut s) = tokio::net::UnixStream::connect(&path).await {
-            let _ = s.write_all(&bytes).await;
-            // Hold the connection until the service decides.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    #[tokio::test]
-    async fn only_the_peer_with_the_secret_is_accepted() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("run");
-        let listener = listen(&dir).unwrap();
-        let meta = std::fs::metadata(&dir).unwrap();
-        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
-        let sock = std::fs::metadata(dir.join(SOCKET)).unwrap();
-        assert_eq!(sock.permissions().mode() & 0o777, 0o600);
-
-        let secret = new_secret();
-        let ready = |s: &str| {
-            frames::encode(&frames::Event {
-                id: 0,
-                kind: Some(event::Kind::Ready(s.to_string())),
-            })
-        };
-        let path = dir.join(SOCKET);
-        // Impostors first: a wrong secret, a forged result with no
-        // greeting, a flood, silence; then the supervisor.
-        for bytes in [
-            ready("wrong"),
-            frames::encode(&stdout(1, "12 passed")),
-            vec![0x80; 64 * 1024],
-            Vec::new(),
-        ] {
-            tokio::spawn(greet(path.clone(), bytes));
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        tokio::spawn(greet(path.clone(), ready(&secret)));
-        let until = tokio::time::Instant::now() + Duration::from_secs(5);
-        let accepted = accept_supervisor(&listener, &Blind, "exec", &secret, until).await;
-        assert!(accepted.is_ok(), "{accepted:?}");
-    }
-
-    #[test]
-    fn secrets_are_fresh_and_compared_whole() {
-        let (a, b) = (new_secret(), new_secret());
-        assert_eq!(a.len(), 64);
-        assert_ne!(a, b);
-        assert!(same_secret(&a, &a.clone()));
-        assert!(!same_secret(&a, &b));
-        assert!(!same_secret(&a, &a[..63]));
     }
 }

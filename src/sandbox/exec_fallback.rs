@@ -1,4 +1,7 @@
-//! Running one command: the four gates' runtime half and the kill ladder.
+//! The exec fallback: one command as its own Docker exec, with the four
+//! gates' runtime half and the kill ladder. Commands take this path when a
+//! container has no supervisor (none configured, or it could not start
+//! there); the supervised path is [`super::supervisor`].
 //!
 //! The command runs as `sh -c` under a small shell wrapper in its own exec.
 //! Docker starts every exec as a session and process-group leader, so the
@@ -14,21 +17,18 @@
 //! container as the hard stop. A command whose main process has exited
 //! returns shortly after even if a background child still holds its output.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use rustix::process::{Pid, Signal};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 
-use super::capture::{Capture, Captured};
-use rustix::process::{Pid, Signal};
-
+use super::capture::Capture;
+use super::command::{CommandSpec, Event, ExitReport, KilledBy, TERM_GRACE};
 use super::{Error, ExecSpec, ExecState, Output, OutputStream, Runtime};
 
-/// Wait between SIGTERM and SIGKILL.
-pub const TERM_GRACE: Duration = Duration::from_secs(2);
 /// Wait after SIGKILL before killing the container. SIGKILL acts at once;
 /// the time is for the engine to notice the exec ended.
 const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -42,83 +42,6 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
 /// look finished while the command lives on: the no-op trap defers it until
 /// the command returns.
 const WRAPPER: &str = r#"trap : TERM; /bin/sh -c "$1" </dev/null"#;
-
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct CommandSpec {
-    /// Shell command line.
-    pub command: String,
-    /// Absolute working directory in the container.
-    pub cwd: String,
-    /// Extra environment.
-    pub env: BTreeMap<String, String>,
-    /// Wall-clock limit.
-    pub timeout: Duration,
-    /// Characters kept of stdout.
-    pub stdout_cap: usize,
-    /// Characters kept of stderr.
-    pub stderr_cap: usize,
-}
-
-/// Which rung of the ladder stopped the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KilledBy {
-    /// It ended by itself.
-    None,
-    /// SIGTERM to its process group.
-    ProcessGroupTerm,
-    /// SIGKILL to its process group.
-    ProcessGroupKill,
-    /// The container was killed (the session gets a fresh one).
-    Container,
-}
-
-/// The final result of a command.
-#[derive(Debug, Clone)]
-pub struct ExitReport {
-    /// Exit code (128+n for signal n); -1 when unknown.
-    pub exit_code: i64,
-    /// The timeout fired.
-    pub timed_out: bool,
-    /// The client went away before the end.
-    pub cancelled: bool,
-    /// Which rung stopped it.
-    pub killed_by: KilledBy,
-    /// The container hit its memory limit while the command ran (the
-    /// kernel's OOM killer ended a process of it).
-    pub oom_killed: bool,
-    /// The container's process limit refused a fork while it ran.
-    pub pids_exhausted: bool,
-    /// What the caller must know about how it ran, in plain words.
-    pub notes: Vec<String>,
-    /// Wall time from start to result.
-    pub duration: Duration,
-    /// Kept stdout.
-    pub stdout: Captured,
-    /// Kept stderr.
-    pub stderr: Captured,
-}
-
-/// Events of one command, in order: `Started`, chunks, `Exit`.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// The command is running.
-    Started {
-        /// Container it runs in.
-        container_id: String,
-        /// Working directory in the container.
-        cwd: String,
-        /// The timeout in force.
-        timeout: Duration,
-    },
-    /// Live stdout text (within the cap).
-    Stdout(String),
-    /// Live stderr text (within the cap).
-    Stderr(String),
-    /// The end, with the whole capped result.
-    Exit(ExitReport),
-}
 
 /// Why the main loop stopped.
 enum Stop {
