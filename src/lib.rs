@@ -6,6 +6,9 @@
 //! own, so the dependencies go one way (the `layers` test checks the code
 //! against this list):
 //!
+//! 0. `local`: a private service started in process (a registry and the
+//!    server on a loopback port, with a client), which `demo`, `bench` and
+//!    the integration tests drive over real gRPC.
 //! 1. `server`: the gRPC server: listeners, TLS, bearer tokens, the idle
 //!    reaper, shutdown.
 //! 2. `service`, `convert`: the tonic adapter (unpack the request, call the

@@ -8,8 +8,9 @@ use sandboxd::pb;
 const IMAGE: &str = "sandboxd-test-nolibc:1";
 
 /// Builds the image once from the host's static busybox (Debian's
-/// busybox-static, installed by .ci/run).
+/// busybox-static, which `prepare_host` installs when missing).
 fn nolibc_image() {
+    common::prepare_host();
     let present = std::process::Command::new("docker")
         .args(["image", "inspect", IMAGE])
         .output()

@@ -48,10 +48,29 @@ pub enum Mode {
     Gvisor,
 }
 
-/// Ensures the host prerequisites of the Docker tests; runs once per process.
+/// Ensures the host prerequisites of the tests, installing what a fresh
+/// machine lacks as the service itself would (see `sandboxd::provision`):
+/// a static busybox for the image without libc, and `su` to act as another
+/// local user. (debootstrap comes with the first image build, runsc with
+/// the first gVisor server.) Runs once per process.
 pub fn prepare_host() {
+    use sandboxd::provision::{Need, ensure};
     static PREPARED: Once = Once::new();
-    PREPARED.call_once(|| {});
+    PREPARED.call_once(|| {
+        let needs = [
+            Need {
+                program: "busybox",
+                package: "busybox-static",
+            },
+            Need {
+                program: "su",
+                package: "util-linux",
+            },
+        ];
+        if let Err(e) = ensure(&needs) {
+            panic!("the tests cannot prepare this host: {e}");
+        }
+    });
 }
 
 /// A running in-process server with one allowed root for lent directories.
@@ -103,17 +122,10 @@ impl TestServer {
         if let Err(e) = docker.ping().await {
             panic!("these tests need a running Docker daemon (docker info must answer): {e}");
         }
-        if mode == Mode::Gvisor {
-            let runtimes = std::process::Command::new("docker")
-                .args(["info", "--format", "{{json .Runtimes}}"])
-                .output()
-                .expect("docker CLI");
-            assert!(
-                String::from_utf8_lossy(&runtimes.stdout).contains("\"runsc\""),
-                "the gVisor tests need runsc registered with the Docker daemon \
-                 (apt-get install runsc; add it to /etc/docker/daemon.json \"runtimes\" with \
-                 \"runtimeArgs\": [\"--network=none\"]; .ci/run does this)"
-            );
+        if mode == Mode::Gvisor
+            && let Err(e) = sandboxd::sandbox::runsc::ensure_registered(&docker).await
+        {
+            panic!("the gVisor tests need runsc as a runtime of the Docker engine: {e}");
         }
         let builder = new_local().docker(docker);
         let builder = match mode {
@@ -128,6 +140,7 @@ impl TestServer {
     }
 
     async fn build(builder: local::Builder, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        prepare_host();
         let allowed_root = tempfile::tempdir().unwrap();
         // Lent directories must be private to their owner (tempfile makes
         // directories 0755).
