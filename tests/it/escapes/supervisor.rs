@@ -64,6 +64,29 @@ async fn commands_cannot_reach_their_supervisor_and_a_lost_link_replaces_the_con
         "^/.sandboxd/sandboxd supervise",
     ]);
     assert!(killed.status.success(), "{killed:?}");
+    // SIGKILL is delivered when the process is next scheduled: wait until
+    // it is gone, so the next command meets a dead link (a command sent in
+    // the instant before would get an honest "unknown" instead, as the
+    // next test shows).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while docker(&[
+        "exec",
+        "-u",
+        "0",
+        &first,
+        "pgrep",
+        "-f",
+        "^/.sandboxd/sandboxd supervise",
+    ])
+    .status
+    .success()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the supervisor outlived SIGKILL"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let ran = run(&srv.client, &sid, "echo fresh", 20_000).await;
     assert_eq!(ran.stdout(), "fresh\n", "{:?}", ran.exit);
     assert!(
