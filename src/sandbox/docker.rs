@@ -11,7 +11,7 @@ use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Mutex, OnceCell};
@@ -130,6 +130,7 @@ impl DockerRuntime {
             .map_err(|e| build_error(e.to_string()))?
             .map_err(|e| build_error(format!("cannot take the build lock: {e}")))?;
         if docker.inspect_image(&reference).await.is_ok() {
+            self.tag_alias(&reference).await?;
             drop(lock);
             return Ok(false);
         }
@@ -170,9 +171,23 @@ impl DockerRuntime {
             .await
             .map_err(|e| build_error(e.to_string()))?
             .map_err(|e| build_error(format!("cannot remove {}: {e}", dir_path.display())))?;
+        self.tag_alias(&reference).await?;
         drop(lock);
-        tracing::info!(image = %reference, "default sandbox image built");
+        tracing::info!(image = %reference, alias = %image::alias(), "default sandbox image built");
         Ok(true)
+    }
+
+    /// Points `sandboxd-default:latest` at `reference` (the current build).
+    async fn tag_alias(&self, reference: &str) -> Result<(), Error> {
+        let options = TagImageOptionsBuilder::new()
+            .repo(image::REPOSITORY)
+            .tag("latest")
+            .build();
+        self.client()
+            .await?
+            .tag_image(reference, Some(options))
+            .await
+            .map_err(|e| build_error(format!("cannot tag it {}: {e}", image::alias())))
     }
 }
 

@@ -26,6 +26,14 @@ pub fn default_image() -> String {
     format!("{REPOSITORY}:{}", default_tag())
 }
 
+/// A stable name for the default image, `sandboxd-default:latest`, moved to
+/// each new build: something to write in a Dockerfile's `FROM` or a
+/// session's image without copying a hash. Sessions naming it get the
+/// default image.
+pub fn alias() -> String {
+    format!("{REPOSITORY}:latest")
+}
+
 /// Runs the recipe to fill `rootfs` (needs root, and debootstrap, which it
 /// installs when missing and allowed: see [`crate::provision`]).
 pub async fn build_rootfs(rootfs: &Path) -> Result<(), Error> {
@@ -77,5 +85,7 @@ mod tests {
             format!("sandboxd-default:{}", default_tag())
         );
         assert!(RECIPE.contains("debootstrap"));
+        assert_eq!(alias(), "sandboxd-default:latest");
+        assert_ne!(alias(), default_image());
     }
 }

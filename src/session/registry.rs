@@ -17,7 +17,7 @@ use super::prepare::{Prepared, discard, prepare};
 use super::tools::Session;
 use crate::journal::Journal;
 use crate::policy::Policy;
-use crate::sandbox::{self, Runtime, labels};
+use crate::sandbox::{self, Runtime, image, labels};
 use crate::state::StateDir;
 use crate::volume::Volumes;
 use crate::workspace::lock::PathLocks;
@@ -100,7 +100,15 @@ impl Registry {
         );
         let ttl = self.config.ttl(req.ttl)?;
         let cfg = &self.config.sandbox;
-        let image = req.image.unwrap_or_else(|| cfg.default_image.clone());
+        // The default image's stable alias names the default image itself
+        // (while the operator has not swapped the built-in one out).
+        let image = match req.image {
+            Some(i) if i == image::alias() && cfg.default_image == image::default_image() => {
+                cfg.default_image.clone()
+            }
+            Some(i) => i,
+            None => cfg.default_image.clone(),
+        };
         if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
             let mut allowed = vec![cfg.default_image.clone()];
             allowed.extend(cfg.allowed_images.iter().cloned());

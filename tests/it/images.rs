@@ -88,3 +88,41 @@ async fn the_supervisor_runs_commands_in_an_image_without_libc() {
     assert_eq!(ran.exit.killed_by(), pb::KilledBy::ProcessGroupKill);
     srv.stop().await;
 }
+
+/// The default image has a stable name that follows the recipe's build, so
+/// nobody copies a hash: `sandboxd-default:latest` is the very image the
+/// hash tag names, and a session may ask for it by that name.
+#[tokio::test]
+async fn the_default_image_answers_to_a_stable_name() {
+    let srv = TestServer::with_docker().await;
+    let id = |name: &str| {
+        let out = std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", "{{.Id}}", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hashed = sandboxd::sandbox::image::default_image();
+    assert_eq!(id("sandboxd-default:latest"), id(&hashed));
+    let s = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            image: "sandboxd-default:latest".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(s.image, hashed, "the alias names the default image");
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "python3 -c 'print(6*7)'",
+        20_000,
+    )
+    .await;
+    assert_eq!(ran.stdout(), "42\n", "{}", ran.stderr());
+    srv.stop().await;
+}
