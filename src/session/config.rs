@@ -124,6 +124,14 @@ impl SandboxConfig {
                 // seconds and its size: an edit in the same second as the
                 // last run, keeping the size, would run stale code.
                 ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+                // git refuses a repository owned by another uid ("dubious
+                // ownership"), which a checkout owned by root always is for
+                // commands. The check guards a user from someone else's
+                // repository config; in the sandbox the repository is the
+                // work itself, and nothing runs with more than its rights.
+                ("GIT_CONFIG_COUNT".to_string(), "1".to_string()),
+                ("GIT_CONFIG_KEY_0".to_string(), "safe.directory".to_string()),
+                ("GIT_CONFIG_VALUE_0".to_string(), "*".to_string()),
             ]),
         }
     }

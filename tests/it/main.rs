@@ -8,6 +8,7 @@
 mod common;
 
 mod auth;
+mod checkouts;
 mod cli_terminal;
 mod commands;
 mod confinement;
