@@ -23,6 +23,7 @@ impl From<pb::CreateSessionRequest> for NewSession {
         NewSession {
             workspace_path: (!r.workspace_path.is_empty()).then_some(r.workspace_path),
             ttl: Duration::from_secs(r.ttl_seconds),
+            default_timeout: Duration::from_millis(r.default_timeout_ms),
             image: (!r.image.is_empty()).then_some(r.image),
             limits: r.limits.map(Into::into).unwrap_or_default(),
             env: r.env.into_iter().collect(),
@@ -46,6 +47,7 @@ impl From<Info> for pb::Session {
             workspace_path: i.workspace_path.display().to_string(),
             owns_workspace: i.owns_workspace,
             ttl_seconds: i.ttl.as_secs(),
+            default_timeout_ms: i.default_timeout.as_millis() as u64,
             created_at: unix_seconds(i.created),
             last_used_at: unix_seconds(i.last_used),
             image: i.image,

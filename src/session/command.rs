@@ -88,7 +88,7 @@ impl Session {
                 CommandDenied::Guard(refusal) => Error::CommandRefused(refusal),
             })?;
         check_env("env", &req.env)?;
-        let timeout = cfg.timeout(req.timeout)?;
+        let timeout = cfg.timeout(req.timeout, self.default_timeout)?;
         let stdout_cap = cfg.cap("stdout_cap", req.stdout_cap)?;
         let stderr_cap = cfg.cap("stderr_cap", req.stderr_cap)?;
         // The workspace root needs no lookup (and no trip to the blocking pool).

@@ -259,10 +259,17 @@ impl SandboxConfig {
         })
     }
 
-    /// The timeout of a command asking for `asked`.
-    pub(super) fn timeout(&self, asked: Duration) -> Result<Duration, Error> {
+    /// The timeout of a command asking for `asked`, in a session whose
+    /// commands default to `default`.
+    pub(super) fn timeout(&self, asked: Duration, default: Duration) -> Result<Duration, Error> {
+        pick("timeout_ms", asked, default, self.max_timeout, millis)
+    }
+
+    /// The default timeout of a session's commands, for a session asking
+    /// for `asked`: under the same ceiling as each command's.
+    pub(super) fn session_timeout(&self, asked: Duration) -> Result<Duration, Error> {
         pick(
-            "timeout_ms",
+            "default_timeout_ms",
             asked,
             self.default_timeout,
             self.max_timeout,

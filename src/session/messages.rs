@@ -18,6 +18,8 @@ pub struct NewSession {
     pub workspace_path: Option<String>,
     /// Idle timeout; zero means the default.
     pub ttl: Duration,
+    /// Timeout of its commands that give none; zero means the operator's.
+    pub default_timeout: Duration,
     /// Image; `None` for the default.
     pub image: Option<String>,
     /// Limits; zero fields mean the default.
@@ -56,6 +58,8 @@ pub struct Info {
     pub owns_workspace: bool,
     /// Idle timeout.
     pub ttl: Duration,
+    /// Timeout of its commands that give none.
+    pub default_timeout: Duration,
     /// Creation time.
     pub created: SystemTime,
     /// Time of the last call.

@@ -99,6 +99,7 @@ impl Registry {
             .map_err(Error::InvalidPolicy)?,
         );
         let ttl = self.config.ttl(req.ttl)?;
+        let default_timeout = self.config.sandbox.session_timeout(req.default_timeout)?;
         let cfg = &self.config.sandbox;
         // The default image's stable alias names the default image itself
         // (while the operator has not swapped the built-in one out).
@@ -171,6 +172,7 @@ impl Registry {
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
             ttl,
+            default_timeout,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
         });

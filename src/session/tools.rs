@@ -44,6 +44,8 @@ pub struct Session {
     /// Commands running now: a session with one is never idle.
     pub(super) running: AtomicUsize,
     pub(super) ttl: Duration,
+    /// Timeout of its commands that give none.
+    pub(super) default_timeout: Duration,
     pub(super) created: SystemTime,
     pub(super) last_used: Mutex<(Instant, SystemTime)>,
 }
@@ -65,6 +67,7 @@ impl Session {
             workspace_path: self.workspace.host_path().to_path_buf(),
             owns_workspace: self.owns_workspace,
             ttl: self.ttl,
+            default_timeout: self.default_timeout,
             created: self.created,
             last_used,
             image: self.sandbox.spec().image.clone(),

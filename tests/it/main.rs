@@ -19,6 +19,7 @@ mod escapes;
 mod hostile;
 mod images;
 mod lifecycle;
+mod long_suites;
 mod policy;
 mod report;
 mod sessions;
