@@ -213,6 +213,10 @@ pub enum SessionCommand {
         /// Most files and directories in a fresh workspace (0: server default).
         #[arg(long, default_value_t = 0)]
         inodes: u64,
+        /// Timeout of the session's commands that give none, in
+        /// milliseconds, e.g. for a long test suite (0: server default).
+        #[arg(long, default_value_t = 0)]
+        default_timeout_ms: u64,
     },
     /// Kill the session's sandbox and start a fresh one over the same
     /// workspace (default: --session): clears anything left running, such
@@ -307,10 +311,12 @@ async fn call(
             guard_patterns,
             disk_bytes,
             inodes,
+            default_timeout_ms,
         }) => c
             .create_session(pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
+                default_timeout_ms,
                 image,
                 limits: (disk_bytes != 0 || inodes != 0).then_some(pb::Limits {
                     disk_bytes,

@@ -155,6 +155,10 @@ pub fn session(con: &mut Stdio, s: &pb::Session) {
         }
     ));
     con.out(format_args!("ttl       {}s idle\n", s.ttl_seconds));
+    con.out(format_args!(
+        "timeout   {} ms per command that gives none\n",
+        s.default_timeout_ms
+    ));
     if let Some(p) = &s.policy {
         let mut rules = Vec::new();
         if p.read_only {
