@@ -318,7 +318,15 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
                 // fail every command later.
                 runsc::ensure_registered(&docker).await?;
             }
-            if let Err(e) = runtime.ensure_image(&default_image).await {
+            // The built-in image is built if missing and its stable alias
+            // pointed at it (an image from an earlier version may lack it);
+            // an operator's own image is only checked.
+            let ready = if default_image == sandboxd::sandbox::image::default_image() {
+                docker.build_default_image().await.map(|_| ())
+            } else {
+                runtime.ensure_image(&default_image).await
+            };
+            if let Err(e) = ready {
                 tracing::warn!(error = %e, "the default image is not ready; commands will fail until it is");
             }
         }
