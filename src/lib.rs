@@ -19,20 +19,23 @@
 //! 4. `session`: the top of the domain: the registry, each session's tools
 //!    (every call journaled), and the one table of what a caller is told
 //!    about each domain error.
-//! 5. `journal`, `volume`: a session's audit journal; where its workspace
+//! 5. `environment`: named, cached images for sessions, built with network
+//!    and run without.
+//! 6. `journal`, `volume`: a session's audit journal; where its workspace
 //!    lives on the host (its own quota'd filesystem, or a pin of a lent
 //!    directory).
-//! 6. `workspace`: the host-side file tools, confined to the workspace.
-//! 7. `policy`: the one place deciding what a session may write and run.
-//! 8. `sandbox`: containers, and the commands run in them.
-//! 9. `state`, `provision`, `secret`, `pb`: the service's private state
-//!    directory, touched through directory fds; the host programs it needs,
-//!    installed when missing; making and comparing secrets; the generated
-//!    wire types, which only layers 1 and 2 use.
+//! 7. `workspace`: the host-side file tools, confined to the workspace.
+//! 8. `policy`: the one place deciding what a session may write and run.
+//! 9. `sandbox`: containers, and the commands run in them.
+//! 10. `state`, `provision`, `secret`, `pb`: the service's private state
+//!     directory, touched through directory fds; the host programs it
+//!     needs, installed when missing; making and comparing secrets; the
+//!     generated wire types, which only layers 1 and 2 use.
 
 #![warn(missing_docs)]
 
 pub mod convert;
+pub mod environment;
 pub mod error;
 pub mod journal;
 #[cfg(test)]

@@ -15,39 +15,51 @@ use tonic::service::interceptor::{InterceptedService, Interceptor};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::pb::{self, sandbox_server::SandboxServer};
-use crate::service::SandboxService;
+use crate::service::{MayBuild, SandboxService};
 use crate::session::Registry;
 
 /// Largest request or reply message: a 10 MiB file plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// Checks the bearer token of a call (constant time); with no token
-/// configured, every call passes.
+/// configured, every call passes. A call carrying the build token passes
+/// too, marked as allowed to build ([`MayBuild`]).
 #[derive(Clone)]
 struct BearerAuth {
     expected: Option<Arc<Vec<u8>>>,
+    build: Option<Arc<Vec<u8>>>,
 }
 
 impl BearerAuth {
-    fn new(token: Option<String>) -> Self {
+    fn new(token: Option<String>, build: Option<String>) -> Self {
+        let header = |t: String| Arc::new(format!("Bearer {t}").into_bytes());
         BearerAuth {
-            expected: token.map(|t| Arc::new(format!("Bearer {t}").into_bytes())),
+            expected: token.map(header),
+            build: build.map(header),
         }
     }
 }
 
 impl Interceptor for BearerAuth {
-    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        let Some(expected) = &self.expected else {
-            return Ok(req);
-        };
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let given = req
             .metadata()
             .get("authorization")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        // Timing must tell nothing about the token.
-        if crate::secret::constant_time_eq(given, expected) {
+        // Timing must tell nothing about either token.
+        let builder = self
+            .build
+            .as_ref()
+            .is_some_and(|b| crate::secret::constant_time_eq(given, b));
+        let caller = self
+            .expected
+            .as_ref()
+            .is_none_or(|e| crate::secret::constant_time_eq(given, e));
+        if builder {
+            req.extensions_mut().insert(MayBuild);
+        }
+        if builder || caller {
             Ok(req)
         } else {
             Err(crate::error::Error::Unauthenticated.into())
@@ -82,6 +94,9 @@ impl From<UnixListener> for Listener {
 pub struct Access {
     /// Demanded on every Sandbox and reflection call; health stays open.
     pub token: Option<String>,
+    /// The operator's build token: a call carrying it (instead of `token`)
+    /// may also build and delete environments.
+    pub build_token: Option<String>,
     /// Serve TLS with this identity.
     pub tls: Option<TlsIdentity>,
 }
@@ -141,7 +156,7 @@ pub async fn serve(
     let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let auth = BearerAuth::new(access.token);
+    let auth = BearerAuth::new(access.token, access.build_token);
     let sandbox = InterceptedService::new(sandbox, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth.clone());
 

@@ -26,6 +26,15 @@ impl SandboxService {
 
 type Reply<T> = Result<Response<T>, Status>;
 
+/// Marks a call the server vouches for as allowed to build and delete
+/// environments (it carried the operator's build token).
+#[derive(Debug, Clone, Copy)]
+pub struct MayBuild;
+
+/// Events of one BuildEnvironment call.
+pub type BuildStream =
+    Pin<Box<dyn Stream<Item = Result<pb::BuildEnvironmentEvent, Status>> + Send>>;
+
 /// Events of one RunCommand call.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Status>> + Send>>;
 
@@ -141,5 +150,52 @@ impl Sandbox for SandboxService {
         let verify = (!r.verification_command.trim().is_empty()).then_some(r.verification_command);
         let report = session.report(&r.planned_files, verify.as_deref()).await?;
         Ok(Response::new((r.session_id, report).into()))
+    }
+
+    type BuildEnvironmentStream = BuildStream;
+
+    async fn build_environment(
+        &self,
+        req: Request<pb::BuildEnvironmentRequest>,
+    ) -> Reply<BuildStream> {
+        let may_build = req.extensions().get::<MayBuild>().is_some();
+        let new = req
+            .into_inner()
+            .try_into()
+            .map_err(crate::error::Error::from)?;
+        let events = self.registry.build_environment(new, may_build).await?;
+        let stream = ReceiverStream::new(events).map(|e| match e {
+            Ok(p) => Ok(pb::BuildEnvironmentEvent::from(p)),
+            Err(e) => Err(Status::from(e)),
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_environments(
+        &self,
+        _req: Request<pb::ListEnvironmentsRequest>,
+    ) -> Reply<pb::ListEnvironmentsResponse> {
+        let environments = self
+            .registry
+            .list_environments()
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(pb::ListEnvironmentsResponse { environments }))
+    }
+
+    async fn delete_environment(
+        &self,
+        req: Request<pb::DeleteEnvironmentRequest>,
+    ) -> Reply<pb::DeleteEnvironmentResponse> {
+        let may_build = req.extensions().get::<MayBuild>().is_some();
+        let name = req.into_inner().name;
+        let env = self.registry.delete_environment(&name, may_build).await?;
+        let message = format!("deleted environment {name} ({})", env.image);
+        Ok(Response::new(pb::DeleteEnvironmentResponse {
+            environment: Some(env.into()),
+            message,
+        }))
     }
 }

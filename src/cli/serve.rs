@@ -41,6 +41,18 @@ fn parse_listen(s: &str) -> Result<ListenAddr, String> {
     }
 }
 
+/// Parses `--pool NAME=N`.
+fn parse_pool(s: &str) -> Result<(String, usize), String> {
+    let (name, n) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=N"))?;
+    sandboxd::environment::check_name(name).map_err(|e| e.to_string())?;
+    let n = n
+        .parse()
+        .map_err(|e| format!("{s:?}: {n:?} is not a count: {e}"))?;
+    Ok((name.to_string(), n))
+}
+
 /// The flags of `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -175,6 +187,39 @@ pub struct ServeArgs {
     /// the default image and limits) starts without waiting for Docker.
     #[arg(long, env = "SANDBOXD_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
     pool_size: usize,
+    /// Warm containers kept ready for an environment, as NAME=N
+    /// (repeatable, or comma-separated in the environment): its sessions
+    /// then start as fast as default ones.
+    #[arg(long = "pool", env = "SANDBOXD_POOLS", value_delimiter = ',', value_parser = parse_pool)]
+    pools: Vec<(String, usize)>,
+    /// Let every caller build and delete environments. Building runs the
+    /// recipe's code with network access, so by default only calls
+    /// carrying the build token may.
+    #[arg(long, env = "SANDBOXD_ALLOW_BUILDS")]
+    allow_builds: bool,
+    /// File holding the build token: a call carrying it (as its bearer
+    /// token) may build and delete environments, and do everything else.
+    #[arg(long, env = "SANDBOXD_BUILD_TOKEN_FILE")]
+    build_token_file: Option<PathBuf>,
+    /// A CA bundle (PEM) that build steps trust, e.g. for a TLS-intercepting
+    /// proxy: copied into each build stage and named by SSL_CERT_FILE,
+    /// PIP_CERT, REQUESTS_CA_BUNDLE and the like during the build only.
+    /// Give a whole bundle (the host's own, usually), not only the extra CA.
+    /// The proxy variables of the service's environment (HTTP_PROXY,
+    /// HTTPS_PROXY, NO_PROXY...) are handed to build steps as well.
+    #[arg(long, env = "SANDBOXD_BUILD_CA_CERT")]
+    build_ca_cert: Option<PathBuf>,
+    /// Time an environment build may take unless the caller asks
+    /// otherwise, in seconds.
+    #[arg(long, env = "SANDBOXD_BUILD_TIMEOUT", default_value_t = defaults::BUILD_TIMEOUT_SECS)]
+    build_timeout: u64,
+    /// Ceiling on a build's requested time limit, in seconds.
+    #[arg(long, env = "SANDBOXD_MAX_BUILD_TIMEOUT", default_value_t = defaults::MAX_BUILD_TIMEOUT_SECS)]
+    max_build_timeout: u64,
+    /// Bytes of build context (with the Dockerfile) a build may be sent.
+    #[arg(long, env = "SANDBOXD_MAX_BUILD_CONTEXT_BYTES", default_value_t = defaults::BUILD_CONTEXT_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=defaults::MAX_BUILD_CONTEXT_BYTES))]
+    max_build_context_bytes: u64,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -237,6 +282,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     };
     sandbox.tmp_bytes = args.tmp_bytes;
     sandbox.pool_size = args.pool_size;
+    sandbox.environment_pools = args.pools.into_iter().collect();
     if args.exec_mode == "supervisor" {
         sandbox.supervisor = Some(std::env::current_exe()?);
         sandbox.socket_link = true;
@@ -247,7 +293,41 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     sandbox.max_cap = args.max_output_cap;
     sandbox.guard = SlipGuard::new(!args.no_guard, &args.guard_deny)?;
     let default_image = sandbox.default_image.clone();
+    if default_image != sandboxd::sandbox::image::default_image() {
+        config.builds.default_base = default_image.clone();
+    }
     config.sandbox = sandbox;
+    config.allow_builds = args.allow_builds;
+    config.builds.timeout = Duration::from_secs(args.build_timeout);
+    config.builds.max_timeout = Duration::from_secs(args.max_build_timeout);
+    config.builds.max_context_bytes = args.max_build_context_bytes;
+    if let Some(path) = &args.build_ca_cert {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("cannot read the build CA {}: {e}", path.display()))?;
+        if !pem.starts_with(b"-----BEGIN")
+            && !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----")
+        {
+            return Err(format!("{} holds no PEM certificate", path.display()).into());
+        }
+        config.builds.ca_cert = Some(pem);
+    }
+    config.builds.proxy = sandboxd::environment::PROXY_VARIABLES
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    let build_token = match &args.build_token_file {
+        Some(file) => {
+            let t = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read the build token file {}: {e}", file.display()))?
+                .trim()
+                .to_string();
+            if t.is_empty() {
+                return Err("the build token is empty".into());
+            }
+            Some(t)
+        }
+        None => None,
+    };
 
     let token = match (token, &args.token_file) {
         (Some(t), _) => Some(t),
@@ -346,7 +426,14 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             tracing::info!(socket = ?socket_file, "sandboxd listening")
         }
     }
-    let access = sandboxd::server::Access { token, tls };
+    if build_token.is_some() && build_token == token {
+        return Err("the build token must differ from the token every call carries".into());
+    }
+    let access = sandboxd::server::Access {
+        token,
+        build_token,
+        tls,
+    };
     let served = sandboxd::server::serve(
         listener,
         registry,

@@ -10,12 +10,14 @@ use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, TagImageOptionsBuilder,
+    BuildImageOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Mutex, OnceCell};
 
+use super::build::{self, BuildMessage, BuildSpec, BuildStream, ImageInfo};
 use super::image;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
@@ -468,6 +470,100 @@ impl Runtime for DockerRuntime {
             .unwrap_or(false)
     }
 
+    async fn image_info(&self, reference: &str) -> Result<Option<ImageInfo>, Error> {
+        let docker = self.client().await?;
+        match docker.inspect_image(reference).await {
+            Ok(i) => Ok(Some(ImageInfo {
+                id: i.id.unwrap_or_default(),
+                tags: i.repo_tags.unwrap_or_default(),
+                labels: i
+                    .config
+                    .and_then(|c| c.labels)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
+                created: i.created.as_deref().map_or(0, unix_seconds),
+                size: u64::try_from(i.size.unwrap_or(0)).unwrap_or(0),
+            })),
+            Err(e) if is_status(&e, &[404]) => Ok(None),
+            Err(e) => Err(classify(Error::Images, e)),
+        }
+    }
+
+    async fn list_images(&self, label: Option<&str>) -> Result<Vec<ImageInfo>, Error> {
+        let docker = self.client().await?;
+        let filters: HashMap<&str, Vec<&str>> = label
+            .map(|l| HashMap::from([("label", vec![l])]))
+            .unwrap_or_default();
+        let options = ListImagesOptionsBuilder::new().filters(&filters).build();
+        let images = docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| classify(Error::Images, e))?;
+        Ok(images
+            .into_iter()
+            .map(|i| ImageInfo {
+                id: i.id,
+                tags: i
+                    .repo_tags
+                    .into_iter()
+                    .filter(|t| t != "<none>:<none>")
+                    .collect(),
+                labels: i.labels.into_iter().collect(),
+                created: u64::try_from(i.created).unwrap_or(0),
+                size: u64::try_from(i.size).unwrap_or(0),
+            })
+            .collect())
+    }
+
+    async fn build_image(&self, spec: BuildSpec) -> Result<BuildStream, Error> {
+        let docker = self.client().await?.clone();
+        let options = BuildImageOptionsBuilder::new()
+            .dockerfile(&spec.dockerfile)
+            .t(&spec.tag)
+            // Step containers go, on failure and on cancel too.
+            .rm(true)
+            .forcerm(true)
+            .labels(&spec.labels.into_iter().collect::<HashMap<_, _>>())
+            .buildargs(&spec.args.into_iter().collect::<HashMap<_, _>>())
+            .build();
+        Ok(build_stream(docker, options, spec.context))
+    }
+
+    async fn tag_image(&self, image: &str, reference: &str) -> Result<(), Error> {
+        let (repo, tag) = split_reference(reference);
+        let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+        self.client()
+            .await?
+            .tag_image(image, Some(options))
+            .await
+            .map_err(|e| classify(Error::Images, e))
+    }
+
+    async fn remove_image(&self, reference: &str) -> Result<(), Error> {
+        let options = RemoveImageOptionsBuilder::new()
+            .force(false)
+            .noprune(false)
+            .build();
+        match self
+            .client()
+            .await?
+            .remove_image(reference, Some(options), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_status(&e, &[404]) => Ok(()),
+            Err(DockerError::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) => Err(Error::ImageInUse {
+                image: reference.to_string(),
+                why: message,
+            }),
+            Err(e) => Err(classify(Error::Images, e)),
+        }
+    }
+
     async fn remove_labelled(
         &self,
         label: &str,
@@ -502,6 +598,102 @@ impl Runtime for DockerRuntime {
         }
         Ok(removed)
     }
+}
+
+/// The engine's build messages for one build, cut into [`BuildMessage`]s.
+fn build_stream(
+    docker: Docker,
+    options: bollard::query_parameters::BuildImageOptions,
+    context: Vec<u8>,
+) -> BuildStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<BuildMessage, Error>>(64);
+    // The producer ends (and drops the engine's stream, cancelling the
+    // build) as soon as the receiver is gone.
+    tokio::spawn(async move {
+        let body = bollard::body_full(context.into());
+        let mut raw = docker.build_image(options, None, Some(body));
+        let mut partial = String::new();
+        loop {
+            // A step may print nothing for minutes: watch the receiver too.
+            let item = tokio::select! {
+                _ = tx.closed() => return,
+                item = raw.next() => item,
+            };
+            let Some(item) = item else { break };
+            let mut out = Vec::new();
+            let item = match item {
+                Ok(info) => {
+                    if let Some(text) = &info.stream {
+                        build::split_stream(&mut partial, text, &mut out);
+                    }
+                    if let Some(detail) = info.error_detail {
+                        let message = detail.message.unwrap_or_default();
+                        out.push(BuildMessage::Failed(message));
+                    }
+                    if let Some(id) = info.aux.and_then(|aux| aux.id) {
+                        out.push(BuildMessage::Built(id));
+                    }
+                    Ok(out)
+                }
+                Err(DockerError::DockerResponseServerError { message, .. }) => {
+                    Ok(vec![BuildMessage::Failed(message)])
+                }
+                Err(DockerError::DockerStreamError { error }) => {
+                    Ok(vec![BuildMessage::Failed(error)])
+                }
+                Err(e) => Err(Error::Connect(e.to_string())),
+            };
+            let messages = match item {
+                Ok(messages) => messages,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            for m in messages {
+                if tx.send(Ok(m)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if !partial.is_empty() {
+            let mut out = Vec::new();
+            build::split_stream(&mut partial, "\n", &mut out);
+            for m in out {
+                let _ = tx.send(Ok(m)).await;
+            }
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// `repo:tag` (a `:` after the last `/`), or `repo` with tag `latest`.
+fn split_reference(reference: &str) -> (&str, &str) {
+    match reference.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (reference, "latest"),
+    }
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 time as the engine writes
+/// it (`2026-12-01T03:10:00.123456789Z`); 0 when it does not parse.
+fn unix_seconds(text: &str) -> u64 {
+    let parse = || -> Option<u64> {
+        let (date, time) = text.split_once('T')?;
+        let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+        let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+        let mut t = time.get(..8)?.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+        let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+        // Days from the civil date (Howard Hinnant's algorithm).
+        let y = if m <= 2 { y - 1 } else { y };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146_097 + doe - 719_468;
+        u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+    };
+    parse().unwrap_or(0)
 }
 
 /// Reads a counter of the container's cgroup (`key N` in `file`), wherever
@@ -541,4 +733,23 @@ fn cgroup_oom_kills(id: &str) -> Option<u64> {
 /// How many forks the container's pids limit has refused.
 fn cgroup_pids_refusals(id: &str) -> Option<u64> {
     cgroup_counter(id, "pids", "pids.events", "pids.events", "max")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_times_and_references_parse() {
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), 0);
+        assert_eq!(
+            unix_seconds("2026-12-01T03:10:00.123456789Z"),
+            1_796_094_600
+        );
+        assert_eq!(unix_seconds("2000-02-29T12:00:01+00:00"), 951_825_601);
+        assert_eq!(unix_seconds("garbage"), 0);
+        assert_eq!(split_reference("a/b:c"), ("a/b", "c"));
+        assert_eq!(split_reference("host:5000/b"), ("host:5000/b", "latest"));
+        assert_eq!(split_reference("b"), ("b", "latest"));
+    }
 }

@@ -12,9 +12,12 @@
 //! - [`exec_fallback`]: the path when a container has no supervisor, each
 //!   command as its own exec with the ladder run from the host;
 //! - [`image`]: the default image;
+//! - [`build`]: images built from a recipe, and what the engine's image
+//!   store holds;
 //! - [`Sandbox`], here: the owner of one session's container, which picks
 //!   the path for each command.
 
+pub mod build;
 pub mod capture;
 pub mod command;
 pub mod docker;
@@ -31,6 +34,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::Stream;
 
+pub use build::{BuildMessage, BuildSpec, BuildStream, ImageInfo};
 pub use capture::Captured;
 pub use command::{CommandSpec, Event, ExitReport, KilledBy};
 use supervisor::host::{Link, Supervised};
@@ -57,6 +61,17 @@ pub enum Error {
         /// What went wrong.
         why: String,
     },
+    /// An image a container still uses cannot be removed.
+    #[error("image {image} is in use: {why}")]
+    ImageInUse {
+        /// Image reference.
+        image: String,
+        /// The engine's words.
+        why: String,
+    },
+    /// Listing, inspecting, tagging or removing images failed.
+    #[error("the image store failed: {0}")]
+    Images(String),
     /// Creating or starting a container failed.
     #[error("starting a container failed: {0}")]
     StartContainer(String),
@@ -212,6 +227,29 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// runtime such as gVisor, where that ends the whole sandbox).
     async fn died_of_oom(&self, _container: &str) -> bool {
         false
+    }
+    /// What the image store knows of `reference`; `None` when it lacks it.
+    async fn image_info(&self, _reference: &str) -> Result<Option<ImageInfo>, Error> {
+        Err(build::unsupported("inspect images"))
+    }
+    /// Every image carrying the label `key`, or every image when `None`.
+    async fn list_images(&self, _label: Option<&str>) -> Result<Vec<ImageInfo>, Error> {
+        Err(build::unsupported("list images"))
+    }
+    /// Starts building an image; the build runs while its stream is read
+    /// and is cancelled when the stream is dropped.
+    async fn build_image(&self, _spec: BuildSpec) -> Result<BuildStream, Error> {
+        Err(build::unsupported("build images"))
+    }
+    /// Gives `image` (an id or a reference) the name `reference` as well.
+    async fn tag_image(&self, _image: &str, _reference: &str) -> Result<(), Error> {
+        Err(build::unsupported("tag images"))
+    }
+    /// Removes the name `reference`, and the image with its last name. An
+    /// image a container uses is kept ([`Error::ImageInUse`]); a missing
+    /// name is not an error.
+    async fn remove_image(&self, _reference: &str) -> Result<(), Error> {
+        Err(build::unsupported("remove images"))
     }
     /// Removes every container carrying `label=value` whose `keep_label` is
     /// not `keep_value`; returns how many were removed.

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::defaults;
 use super::error::Error;
+use crate::environment::BuildConfig;
 use crate::policy::guard::SlipGuard;
 use crate::sandbox;
 use crate::workspace::Limits;
@@ -36,6 +37,11 @@ pub struct Config {
     pub limits: Limits,
     /// Containers and commands.
     pub sandbox: SandboxConfig,
+    /// Whether every caller may build and delete environments (otherwise
+    /// only callers the server vouches for, e.g. by the build token).
+    pub allow_builds: bool,
+    /// How environments are built.
+    pub builds: BuildConfig,
 }
 
 /// Operator settings for containers and commands.
@@ -77,6 +83,8 @@ pub struct SandboxConfig {
     pub supervisor: Option<PathBuf>,
     /// Warm containers kept ready for new fresh-workspace sessions.
     pub pool_size: usize,
+    /// Warm containers kept ready per environment, by name.
+    pub environment_pools: BTreeMap<String, usize>,
     /// The supervisor connects to a socket the service listens on (Docker
     /// on this host only); otherwise frames travel over the supervisor
     /// exec's stdio.
@@ -116,6 +124,7 @@ impl SandboxConfig {
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
             pool_size: 0,
+            environment_pools: BTreeMap::new(),
             socket_link: false,
             default_env: BTreeMap::from([
                 ("HOME".to_string(), "/tmp".to_string()),
@@ -154,6 +163,17 @@ impl Config {
                 ..Limits::default()
             },
             sandbox: SandboxConfig::new(defaults::SERVICE_NAME),
+            allow_builds: false,
+            builds: BuildConfig {
+                default_base: sandbox::image::alias(),
+                ca_cert: None,
+                proxy: BTreeMap::new(),
+                timeout: Duration::from_secs(defaults::BUILD_TIMEOUT_SECS),
+                max_timeout: Duration::from_secs(defaults::MAX_BUILD_TIMEOUT_SECS),
+                max_context_bytes: defaults::BUILD_CONTEXT_BYTES,
+                output_cap: defaults::BUILD_OUTPUT_CAP,
+                max_output_cap: defaults::MAX_BUILD_OUTPUT_CAP,
+            },
         }
     }
 }
@@ -200,6 +220,18 @@ impl Config {
     /// The idle timeout of a session asking for `asked`.
     pub(super) fn ttl(&self, asked: Duration) -> Result<Duration, Error> {
         pick("ttl_seconds", asked, self.default_ttl, self.max_ttl, secs)
+    }
+
+    /// The time limit of a build asking for `asked`.
+    pub(super) fn build_timeout(&self, asked: Duration) -> Result<Duration, Error> {
+        let b = &self.builds;
+        pick("timeout_seconds", asked, b.timeout, b.max_timeout, secs)
+    }
+
+    /// The output cap of a build asking for `asked`.
+    pub(super) fn build_output_cap(&self, asked: u64) -> Result<u64, Error> {
+        let b = &self.builds;
+        pick("output_cap", asked, b.output_cap, b.max_output_cap, count)
     }
 }
 

@@ -45,6 +45,20 @@ pub const TMP_BYTES: u64 = 256 << 20;
 /// Warm containers `serve` keeps ready. A [`super::Config`] built in
 /// process keeps none unless asked.
 pub const POOL_SIZE: usize = 4;
+/// Time an environment build may take unless the caller asks otherwise,
+/// in seconds.
+pub const BUILD_TIMEOUT_SECS: u64 = 20 * 60;
+/// Ceiling on a build's requested time limit, in seconds.
+pub const MAX_BUILD_TIMEOUT_SECS: u64 = 2 * 3600;
+/// Bytes of build context (with the Dockerfile) a build may be sent.
+pub const BUILD_CONTEXT_BYTES: u64 = 8 << 20;
+/// Ceiling on the operator's build context setting: the context travels in
+/// one request message, which must stay under the transport's limit.
+pub const MAX_BUILD_CONTEXT_BYTES: u64 = 15 << 20;
+/// Bytes of build output streamed unless the caller asks otherwise.
+pub const BUILD_OUTPUT_CAP: u64 = 64 << 10;
+/// Ceiling on a build's requested output cap.
+pub const MAX_BUILD_OUTPUT_CAP: u64 = 4 << 20;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

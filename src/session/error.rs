@@ -97,6 +97,9 @@ pub enum StartError {
     /// The state directory or its volumes cannot be used.
     #[error(transparent)]
     Volumes(#[from] crate::volume::Error),
+    /// The journal of builds cannot be opened.
+    #[error("cannot open the journal of builds: {0}")]
+    Journal(io::Error),
     /// An allowed root does not exist.
     #[error("allowed root {root}: {source}")]
     AllowedRoot {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use super::error::Error;
+use crate::environment::{Environment, Source};
 use crate::journal::Report;
 use crate::policy::Rules;
 use crate::sandbox;
@@ -22,12 +23,36 @@ pub struct NewSession {
     pub default_timeout: Duration,
     /// Image; `None` for the default.
     pub image: Option<String>,
+    /// An environment to run instead of an image.
+    pub environment: Option<String>,
     /// Limits; zero fields mean the default.
     pub limits: sandbox::Limits,
     /// Environment of every command.
     pub env: BTreeMap<String, String>,
     /// The session's own policy rules (added to the operator's).
     pub rules: Rules,
+}
+
+/// What the caller asks to build.
+#[derive(Debug, Clone)]
+pub struct NewEnvironment {
+    /// The environment's name.
+    pub name: String,
+    /// Its recipe.
+    pub source: Source,
+    /// Time limit; zero means the operator's default.
+    pub timeout: Duration,
+    /// Bytes of build output to stream; zero means the operator's default.
+    pub output_cap: u64,
+}
+
+/// An environment and the open sessions running it.
+#[derive(Debug, Clone)]
+pub struct EnvironmentInfo {
+    /// The environment.
+    pub environment: Environment,
+    /// Ids of the sessions running it.
+    pub sessions: Vec<String>,
 }
 
 /// What the caller asks of a command.
@@ -66,6 +91,8 @@ pub struct Info {
     pub last_used: SystemTime,
     /// Image of the container.
     pub image: String,
+    /// The environment the image was built as, if any.
+    pub environment: Option<String>,
     /// The running container, if one is up.
     pub container_id: Option<String>,
     /// Container limits.

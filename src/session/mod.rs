@@ -5,7 +5,10 @@
 //! One job per file; each uses only files listed after it (the crate's
 //! `layers` test checks this):
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
-//! - `pool`: warm sessions-to-be, kept ready;
+//! - `pool`: warm sessions-to-be, kept ready (for the default image and
+//!   for each environment the operator names);
+//! - `builds`: environments as callers reach them: who may build, every
+//!   build journaled;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
 //! - `command`: running a command in a session's container;
 //! - `tools`: a session and its file tools, each call journaled;
@@ -19,6 +22,7 @@
 //!
 //! This file only declares them and names what other layers use.
 
+mod builds;
 mod command;
 mod config;
 pub mod defaults;
@@ -30,8 +34,11 @@ mod prepare;
 mod registry;
 mod tools;
 
+pub use builds::BuildEvents;
 pub use config::{Config, SandboxConfig};
 pub use error::{Error, StartError};
-pub use messages::{Closed, CommandRequest, Info, NewSession, Reset};
+pub use messages::{
+    Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
+};
 pub use registry::Registry;
 pub use tools::Session;

@@ -1,6 +1,6 @@
-//! The warm pool: containers started ahead of need, so a new session with
-//! a fresh workspace, the default image and the default limits starts
-//! without waiting for Docker. Fills run in the background; an atomic count
+//! A warm pool: containers started ahead of need, so a new session with a
+//! fresh workspace, the pool's image (the default one, or an environment's)
+//! and the default limits starts without waiting for Docker. Fills run in the background; an atomic count
 //! of those in flight, reserved by compare-and-swap, keeps concurrent
 //! top-ups from starting more than the pool is short of, and a flag set at
 //! shutdown makes fills still in flight remove what they made.
@@ -59,6 +59,26 @@ impl Pool {
             .collect()
     }
 
+    /// Takes every entry ready now, leaving the pool open.
+    pub(super) fn clear(&self) -> Vec<Prepared> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// Takes the entries whose image is not `image` (made before their
+    /// environment was built again).
+    pub(super) fn stale(&self, image: &str) -> Vec<Prepared> {
+        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
+        let (keep, stale) = ready
+            .drain(..)
+            .partition(|p: &Prepared| p.sandbox.spec().image == image);
+        *ready = keep;
+        stale.into()
+    }
+
     /// Closes the pool for good and returns what was ready. Fills still in
     /// flight clean up after themselves; [`Pool::settled`] waits for them.
     pub(super) fn drain(&self) -> Vec<Prepared> {
@@ -78,15 +98,16 @@ impl Pool {
         }
     }
 
-    /// Starts enough background fills to reach the configured size.
+    /// Starts enough background fills of `image` to have `want` ready.
     pub(super) fn fill(
         self: &Arc<Self>,
         config: &Arc<Config>,
         runtime: &Arc<dyn Runtime>,
         locks: &Arc<PathLocks>,
         volumes: &Arc<Volumes>,
+        image: &str,
+        want: usize,
     ) {
-        let want = config.sandbox.pool_size;
         loop {
             if self.closed.load(Ordering::SeqCst) {
                 return;
@@ -102,15 +123,15 @@ impl Pool {
             {
                 continue;
             }
-            let (pool, config, runtime, locks, volumes) = (
+            let (pool, config, runtime, locks, volumes, image) = (
                 Arc::clone(self),
                 Arc::clone(config),
                 Arc::clone(runtime),
                 Arc::clone(locks),
                 Arc::clone(volumes),
+                image.to_string(),
             );
             tokio::spawn(async move {
-                let image = config.sandbox.default_image.clone();
                 let limits = config.sandbox.default_limits;
                 match prepare(&config, &runtime, &locks, &volumes, None, image, limits).await {
                     Ok(warm) => {

@@ -3,18 +3,20 @@
 //! and at shutdown). A fresh workspace belongs to its session and is removed
 //! with it; an existing directory named by the caller is only borrowed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
+use super::builds::{BuildEvents, Builds};
 use super::config::Config;
 use super::error::{Error, StartError};
 use super::failure;
-use super::messages::{Closed, Info, NewSession, check_env};
+use super::messages::{Closed, EnvironmentInfo, Info, NewEnvironment, NewSession, check_env};
 use super::pool::Pool;
 use super::prepare::{Prepared, discard, prepare};
 use super::tools::Session;
+use crate::environment::Environment;
 use crate::journal::Journal;
 use crate::policy::Policy;
 use crate::sandbox::{self, Runtime, image, labels};
@@ -32,7 +34,11 @@ pub struct Registry {
     /// Where journals are appended, checked like the state directory.
     journal_dir: Option<Arc<StateDir>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Warm entries of the default image.
     pool: Arc<Pool>,
+    /// Warm entries of each environment the operator named.
+    environment_pools: BTreeMap<String, Arc<Pool>>,
+    builds: Arc<Builds>,
 }
 
 impl Registry {
@@ -57,17 +63,31 @@ impl Registry {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let config = Arc::new(Config {
+            allowed_roots,
+            ..config
+        });
+        let builds = Builds::new(
+            Arc::clone(&config),
+            Arc::clone(&runtime),
+            journal_dir.as_deref(),
+        )
+        .map_err(StartError::Journal)?;
         Ok(Registry {
-            config: Arc::new(Config {
-                allowed_roots,
-                ..config
-            }),
+            environment_pools: config
+                .sandbox
+                .environment_pools
+                .keys()
+                .map(|name| (name.clone(), Arc::new(Pool::default())))
+                .collect(),
+            config,
             runtime,
             locks: Arc::new(PathLocks::default()),
             volumes,
             journal_dir,
             sessions: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
+            builds: Arc::new(builds),
         })
     }
 
@@ -101,25 +121,56 @@ impl Registry {
         let ttl = self.config.ttl(req.ttl)?;
         let default_timeout = self.config.sandbox.session_timeout(req.default_timeout)?;
         let cfg = &self.config.sandbox;
-        // The default image's stable alias names the default image itself
-        // (while the operator has not swapped the built-in one out).
-        let image = match req.image {
-            Some(i) if i == image::alias() && cfg.default_image == image::default_image() => {
-                cfg.default_image.clone()
+        let (image, pool) = match (&req.image, &req.environment) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument {
+                    field: "environment",
+                    why: "give an image or an environment, not both".into(),
+                }
+                .into());
             }
-            Some(i) => i,
-            None => cfg.default_image.clone(),
+            // An environment was built by someone the operator allowed to
+            // build: its image needs no further allowance.
+            (None, Some(name)) => (
+                self.builds.resolve(name).await?.image,
+                self.environment_pools.get(name),
+            ),
+            (image, None) => {
+                // The default image's stable alias names the default image
+                // itself (while the operator has not swapped the built-in
+                // one out).
+                let image = match image {
+                    Some(i)
+                        if *i == image::alias() && cfg.default_image == image::default_image() =>
+                    {
+                        cfg.default_image.clone()
+                    }
+                    Some(i) => i.clone(),
+                    None => cfg.default_image.clone(),
+                };
+                if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
+                    let mut allowed = vec![cfg.default_image.clone()];
+                    allowed.extend(cfg.allowed_images.iter().cloned());
+                    return Err(Error::ImageNotAllowed { image, allowed }.into());
+                }
+                let pool = (image == cfg.default_image).then_some(&self.pool);
+                (image, pool)
+            }
         };
-        if image != cfg.default_image && !cfg.allowed_images.contains(&image) {
-            let mut allowed = vec![cfg.default_image.clone()];
-            allowed.extend(cfg.allowed_images.iter().cloned());
-            return Err(Error::ImageNotAllowed { image, allowed }.into());
-        }
-        let warm = (req.workspace_path.is_none()
-            && image == cfg.default_image
-            && limits == cfg.default_limits)
-            .then(|| self.pool.take())
-            .flatten();
+        let warm = match pool {
+            Some(pool) if req.workspace_path.is_none() && limits == cfg.default_limits => {
+                pool.take()
+            }
+            _ => None,
+        };
+        // A warm entry made before its environment was built again.
+        let warm = match warm {
+            Some(w) if w.sandbox.spec().image != image => {
+                tokio::spawn(discard(w));
+                None
+            }
+            w => w,
+        };
         let pooled = warm.is_some();
         let Prepared {
             id,
@@ -173,6 +224,7 @@ impl Registry {
             running: AtomicUsize::new(0),
             ttl,
             default_timeout,
+            environment: req.environment,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
         });
@@ -295,6 +347,9 @@ impl Registry {
     pub async fn sweep_volumes(&self) {
         let mut live: Vec<String> = self.table().keys().cloned().collect();
         live.extend(self.pool.ids());
+        for pool in self.environment_pools.values() {
+            live.extend(pool.ids());
+        }
         let volumes = Arc::clone(&self.volumes);
         let swept = tokio::task::spawn_blocking(move || volumes.sweep(&live)).await;
         if let Ok(n) = swept
@@ -325,24 +380,120 @@ impl Registry {
         closed
     }
 
-    /// Tops the pool of warm containers up to its configured size, in the
-    /// background.
+    /// Tops the pools of warm containers up to their configured sizes, in
+    /// the background. An environment's pool follows its latest build.
     pub fn fill_pool(&self) {
-        self.pool
-            .fill(&self.config, &self.runtime, &self.locks, &self.volumes);
+        let cfg = &self.config.sandbox;
+        self.pool.fill(
+            &self.config,
+            &self.runtime,
+            &self.locks,
+            &self.volumes,
+            &cfg.default_image,
+            cfg.pool_size,
+        );
+        for (name, pool) in &self.environment_pools {
+            let want = cfg.environment_pools.get(name).copied().unwrap_or(0);
+            let (name, pool, builds, config, runtime, locks, volumes) = (
+                name.clone(),
+                Arc::clone(pool),
+                Arc::clone(&self.builds),
+                Arc::clone(&self.config),
+                Arc::clone(&self.runtime),
+                Arc::clone(&self.locks),
+                Arc::clone(&self.volumes),
+            );
+            tokio::spawn(async move {
+                let env = match builds.resolve(&name).await {
+                    Ok(env) => env,
+                    Err(e) => {
+                        tracing::debug!(environment = %name, error = %e, "cannot warm an environment");
+                        return;
+                    }
+                };
+                for stale in pool.stale(&env.image) {
+                    discard(stale).await;
+                }
+                pool.fill(&config, &runtime, &locks, &volumes, &env.image, want);
+            });
+        }
     }
 
-    /// Warm containers ready now (for tests and the benchmark).
+    /// Warm containers of the default image ready now (for tests and the
+    /// benchmark).
     pub fn pool_ready(&self) -> usize {
         self.pool.ready()
     }
 
-    /// Closes every session and empties the pool (at shutdown).
-    pub async fn close_all(&self) {
-        for warm in self.pool.drain() {
-            discard(warm).await;
+    /// Warm containers of environment `name` ready now.
+    pub fn environment_pool_ready(&self, name: &str) -> usize {
+        self.environment_pools.get(name).map_or(0, |p| p.ready())
+    }
+
+    /// Starts building an environment (or joins the same build, or answers
+    /// from the cache). `may_build`: the server vouches for the caller.
+    pub async fn build_environment(
+        &self,
+        req: NewEnvironment,
+        may_build: bool,
+    ) -> Result<BuildEvents, failure::Error> {
+        self.builds.build(req, may_build).await
+    }
+
+    /// Every environment, with the sessions running it.
+    pub async fn list_environments(&self) -> Result<Vec<EnvironmentInfo>, failure::Error> {
+        let environments = self.builds.list().await?;
+        Ok(environments
+            .into_iter()
+            .map(|environment| EnvironmentInfo {
+                sessions: self.sessions_of(&environment.name),
+                environment,
+            })
+            .collect())
+    }
+
+    /// Deletes an environment no session runs (its warm entries go first).
+    pub async fn delete_environment(
+        &self,
+        name: &str,
+        may_build: bool,
+    ) -> Result<Environment, failure::Error> {
+        let sessions = self.sessions_of(name);
+        if (may_build || self.config.allow_builds)
+            && sessions.is_empty()
+            && let Some(pool) = self.environment_pools.get(name)
+        {
+            for warm in pool.clear() {
+                discard(warm).await;
+            }
         }
-        self.pool.settled().await;
+        self.builds.delete(name, may_build, sessions).await
+    }
+
+    fn sessions_of(&self, environment: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .table()
+            .values()
+            .filter(|s| s.environment.as_deref() == Some(environment))
+            .map(|s| s.id.clone())
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Closes every session and empties the pools (at shutdown).
+    pub async fn close_all(&self) {
+        let pools: Vec<&Arc<Pool>> = std::iter::once(&self.pool)
+            .chain(self.environment_pools.values())
+            .collect();
+        for pool in &pools {
+            for warm in pool.drain() {
+                discard(warm).await;
+            }
+        }
+        for pool in pools {
+            pool.settled().await;
+        }
         let ids: Vec<String> = self.table().keys().cloned().collect();
         for id in ids {
             let _ = self.close(&id).await;

@@ -46,6 +46,8 @@ pub struct Session {
     pub(super) ttl: Duration,
     /// Timeout of its commands that give none.
     pub(super) default_timeout: Duration,
+    /// The environment its image was built as.
+    pub(super) environment: Option<String>,
     pub(super) created: SystemTime,
     pub(super) last_used: Mutex<(Instant, SystemTime)>,
 }
@@ -71,6 +73,7 @@ impl Session {
             created: self.created,
             last_used,
             image: self.sandbox.spec().image.clone(),
+            environment: self.environment.clone(),
             container_id: self.sandbox.container_id().await,
             limits: self.sandbox.spec().limits,
             sandbox_status: self

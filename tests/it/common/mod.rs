@@ -98,7 +98,7 @@ impl TestServer {
     pub async fn with_token(token: &str) -> TestServer {
         let access = sandboxd::server::Access {
             token: Some(token.to_string()),
-            tls: None,
+            ..Default::default()
         };
         Self::build(without_docker().access(access), |_| {}).await
     }

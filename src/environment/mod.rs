@@ -1,0 +1,695 @@
+//! Environments: named, cached images for sessions, built by the engine
+//! from a recipe (a Dockerfile and its context, or a setup script on a
+//! base image) with network access during the build only. Sessions then run
+//! them with no network, hardened as any other.
+//!
+//! An environment `NAME` is the image `sandboxd-env/NAME:<key>`, where the
+//! key hashes the recipe, its context, the build CA and the ids of its base
+//! images, also tagged `sandboxd-env/NAME:latest`. The engine's image store
+//! is the only record (labels carry the name and the key), so environments
+//! outlive the service. An unchanged recipe is never built again, and
+//! callers asking for a build already running share it.
+//!
+//! Who may build, the journal of builds and whether sessions still use an
+//! environment are the session layer's business.
+
+mod error;
+mod recipe;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tokio::sync::{broadcast, mpsc, watch};
+
+pub use error::Error;
+pub use recipe::{CA_PATH, Source};
+
+use crate::sandbox::{BuildMessage, BuildSpec, ImageInfo, Runtime};
+use recipe::Recipe;
+
+/// Repository prefix of every environment's image.
+pub const REPOSITORY_PREFIX: &str = "sandboxd-env/";
+
+/// Labels of an environment's image.
+pub mod labels {
+    /// The environment's name.
+    pub const NAME: &str = "sandboxd.environment";
+    /// The recipe key (the image's tag).
+    pub const KEY: &str = "sandboxd.recipe";
+    /// The base images the recipe names.
+    pub const BASE: &str = "sandboxd.base";
+}
+
+/// Docker's predefined build arguments for proxies: given to build steps,
+/// never recorded in the image.
+pub const PROXY_VARIABLES: [&str; 10] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "FTP_PROXY",
+    "ftp_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// Lines kept of the step that failed, for the error.
+const TAIL_LINES: usize = 20;
+
+/// The operator's settings for builds.
+#[derive(Debug, Clone)]
+pub struct BuildConfig {
+    /// Base image of a setup script that names none.
+    pub default_base: String,
+    /// A CA bundle handed to every build step.
+    pub ca_cert: Option<Vec<u8>>,
+    /// Proxy variables handed to every build step.
+    pub proxy: BTreeMap<String, String>,
+    /// Time a build may take unless the caller asks for another limit.
+    pub timeout: Duration,
+    /// The most a caller may ask for.
+    pub max_timeout: Duration,
+    /// Bytes of context (with the Dockerfile) a build may be sent.
+    pub max_context_bytes: u64,
+    /// Bytes of build output streamed to a caller unless it asks otherwise.
+    pub output_cap: u64,
+    /// The most a caller may ask for.
+    pub max_output_cap: u64,
+}
+
+/// A build asked for.
+#[derive(Debug, Clone)]
+pub struct BuildRequest {
+    /// The environment's name.
+    pub name: String,
+    /// Its recipe.
+    pub source: Source,
+    /// Time limit.
+    pub timeout: Duration,
+    /// Bytes of output to stream.
+    pub output_cap: u64,
+}
+
+/// An environment, as the image store knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    /// Its name.
+    pub name: String,
+    /// The image sessions run, `sandboxd-env/NAME:<key>`.
+    pub image: String,
+    /// The image's id.
+    pub image_id: String,
+    /// The recipe key.
+    pub key: String,
+    /// The base images its recipe names.
+    pub base: String,
+    /// When it was built, seconds since the Unix epoch.
+    pub created: u64,
+    /// Bytes on disk.
+    pub size: u64,
+}
+
+/// What a build tells its callers as it runs.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// An identical build was already running: this caller shares it.
+    Joined,
+    /// A step began (counted as the caller wrote the recipe).
+    Step {
+        /// 1-based.
+        number: u32,
+        /// Steps in all.
+        total: u32,
+        /// The instruction.
+        instruction: String,
+    },
+    /// A line of build output.
+    Output(String),
+    /// The build is done.
+    Done(Built),
+}
+
+/// A finished build.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The environment.
+    pub environment: Environment,
+    /// Whether an earlier build of the same recipe was reused.
+    pub cached: bool,
+    /// Time the caller waited.
+    pub duration: Duration,
+    /// Bytes of output the build printed while this caller listened.
+    pub output_bytes: u64,
+    /// Whether some of it was not streamed (past the cap).
+    pub output_truncated: bool,
+}
+
+/// The events of one build call; the last is `Done` or an error.
+pub type Events = mpsc::Receiver<Result<Progress, Error>>;
+
+/// Builds, lists and deletes environments.
+#[derive(Debug)]
+pub struct Environments {
+    runtime: Arc<dyn Runtime>,
+    config: BuildConfig,
+    /// Builds running, by image reference.
+    running: Mutex<HashMap<String, Arc<Running>>>,
+}
+
+/// One running build, shared by every caller that asked for it.
+#[derive(Debug)]
+struct Running {
+    progress: broadcast::Sender<Progress>,
+    done: watch::Receiver<Option<Result<Built, Error>>>,
+}
+
+/// Checks an environment's name: lowercase letters and digits, single
+/// `.`, `_` or `-` between them, at most 64 characters.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.split(['.', '_', '-']).all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidName {
+            name: name.to_string(),
+        })
+    }
+}
+
+fn latest(name: &str) -> String {
+    format!("{REPOSITORY_PREFIX}{name}:latest")
+}
+
+impl Environments {
+    /// Environments built by `runtime` under `config`.
+    pub fn new(runtime: Arc<dyn Runtime>, config: BuildConfig) -> Environments {
+        Environments {
+            runtime,
+            config,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The operator's settings.
+    pub fn config(&self) -> &BuildConfig {
+        &self.config
+    }
+
+    /// Starts (or joins, or answers from the cache) a build. Errors found
+    /// before anything runs are returned here; later ones end the events.
+    pub async fn build(self: &Arc<Self>, req: BuildRequest) -> Result<Events, Error> {
+        let started = Instant::now();
+        check_name(&req.name)?;
+        let (timeout, cap) = (req.timeout, req.output_cap);
+        let cfg = &self.config;
+        let (source, base, ca, max) = (
+            req.source,
+            cfg.default_base.clone(),
+            cfg.ca_cert.clone(),
+            cfg.max_context_bytes,
+        );
+        let recipe =
+            tokio::task::spawn_blocking(move || Recipe::new(source, &base, ca.as_deref(), max))
+                .await
+                .map_err(|e| Error::InvalidContext(e.to_string()))??;
+        let mut base_ids = Vec::new();
+        for base in &recipe.bases {
+            match self.runtime.image_info(base).await? {
+                Some(info) => base_ids.push(info.id),
+                None => {
+                    return Err(Error::BaseMissing {
+                        image: base.clone(),
+                        local: self.local_images().await,
+                    });
+                }
+            }
+        }
+        let key = recipe.key(&base_ids);
+        let image = format!("{REPOSITORY_PREFIX}{}:{key}", req.name);
+        let (tx, rx) = mpsc::channel(64);
+        if let Some(info) = self.runtime.image_info(&image).await? {
+            self.runtime.tag_image(&info.id, &latest(&req.name)).await?;
+            let built = Built {
+                environment: environment_of(&req.name, &info),
+                cached: true,
+                duration: started.elapsed(),
+                output_bytes: 0,
+                output_truncated: false,
+            };
+            let _ = tx.send(Ok(Progress::Done(built))).await;
+            return Ok(rx);
+        }
+        let (progress, joined, done) = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            match running.get(&image) {
+                Some(r) => (r.progress.subscribe(), true, r.done.clone()),
+                None => {
+                    let (progress, progress_rx) = broadcast::channel(1024);
+                    let (done_tx, done) = watch::channel(None);
+                    running.insert(
+                        image.clone(),
+                        Arc::new(Running {
+                            progress: progress.clone(),
+                            done: done.clone(),
+                        }),
+                    );
+                    let job = Job {
+                        name: req.name.clone(),
+                        image: image.clone(),
+                        key,
+                        recipe,
+                        timeout,
+                        progress,
+                    };
+                    let this = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let result = this.run(job).await;
+                        this.running
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&image);
+                        let _ = done_tx.send(Some(result));
+                    });
+                    (progress_rx, false, done)
+                }
+            }
+        };
+        tokio::spawn(forward(progress, done, tx, cap, joined, started));
+        Ok(rx)
+    }
+
+    /// Runs one build to its end: tagged on success; on failure, timeout or
+    /// when no caller listens any more, the engine's stream is dropped,
+    /// which stops the build and removes its step container.
+    async fn run(&self, job: Job) -> Result<Built, Error> {
+        let started = Instant::now();
+        let Job {
+            name,
+            image,
+            key,
+            recipe,
+            timeout,
+            progress,
+        } = job;
+        let spec = BuildSpec {
+            context: recipe.context,
+            dockerfile: recipe::DOCKERFILE.to_string(),
+            tag: image.clone(),
+            labels: BTreeMap::from([
+                (labels::NAME.to_string(), name.clone()),
+                (labels::KEY.to_string(), key),
+                (labels::BASE.to_string(), recipe.bases.join(" ")),
+            ]),
+            args: self.config.proxy.clone(),
+        };
+        tracing::info!(environment = %name, image = %image, "building an environment");
+        let mut stream = self.runtime.build_image(spec).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut step = StepCount::new(&recipe.injected, recipe.hidden_steps);
+        let mut tail: VecDeque<String> = VecDeque::new();
+        let result = loop {
+            let message = tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {
+                    break Err(Error::BuildTimedOut {
+                        limit: timeout,
+                        step: step.describe(),
+                        ceiling: self.config.max_timeout,
+                    });
+                }
+                _ = tick.tick() => {
+                    if progress.receiver_count() == 0 {
+                        tracing::info!(environment = %name, "build cancelled: nobody is waiting for it");
+                        break Err(Error::BuildFailed {
+                            step: step.position(),
+                            instruction: step.instruction.clone(),
+                            message: "cancelled: every caller went away".into(),
+                            tail: Vec::new(),
+                        });
+                    }
+                    continue;
+                }
+                m = stream.next() => m,
+            };
+            match message {
+                None => {
+                    break Err(Error::BuildFailed {
+                        step: step.position(),
+                        instruction: step.instruction.clone(),
+                        message: "the engine ended the build without a result".into(),
+                        tail: tail.into(),
+                    });
+                }
+                Some(Err(e)) => break Err(e.into()),
+                Some(Ok(BuildMessage::Step {
+                    number,
+                    total,
+                    instruction,
+                })) => {
+                    if let Some(p) = step.next(number, total, instruction) {
+                        tail.clear();
+                        let _ = progress.send(p);
+                    }
+                }
+                Some(Ok(BuildMessage::Line(line))) => {
+                    if step.hidden || is_chatter(&line) {
+                        continue;
+                    }
+                    if tail.len() == TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line.clone());
+                    let _ = progress.send(Progress::Output(line));
+                }
+                Some(Ok(BuildMessage::Failed(message))) => {
+                    break Err(Error::BuildFailed {
+                        step: step.position(),
+                        instruction: step.instruction.clone(),
+                        message,
+                        tail: tail.into(),
+                    });
+                }
+                Some(Ok(BuildMessage::Built(id))) => {
+                    break self.finish(&name, &image, &id).await;
+                }
+            }
+        };
+        drop(stream);
+        match &result {
+            Ok(b) => {
+                tracing::info!(environment = %name, image = %b.image, secs = started.elapsed().as_secs(), "environment built")
+            }
+            Err(e) => tracing::warn!(environment = %name, error = %e, "environment build failed"),
+        }
+        result.map(|environment| Built {
+            environment,
+            cached: false,
+            duration: started.elapsed(),
+            output_bytes: 0,
+            output_truncated: false,
+        })
+    }
+
+    /// Names a finished build `NAME:latest` and reads it back.
+    async fn finish(&self, name: &str, image: &str, id: &str) -> Result<Environment, Error> {
+        self.runtime.tag_image(id, &latest(name)).await?;
+        let info = self.runtime.image_info(image).await?.ok_or_else(|| {
+            Error::Engine(Arc::new(crate::sandbox::Error::Images(format!(
+                "{image} vanished right after its build"
+            ))))
+        })?;
+        Ok(environment_of(name, &info))
+    }
+
+    /// Every environment, by name.
+    pub async fn list(&self) -> Result<Vec<Environment>, Error> {
+        let images = self.runtime.list_images(Some(labels::NAME)).await?;
+        let mut out: Vec<Environment> = images
+            .iter()
+            .filter_map(|info| {
+                let name = info.labels.get(labels::NAME)?;
+                info.tags
+                    .contains(&latest(name))
+                    .then(|| environment_of(name, info))
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// The environment `name`, for a session to run.
+    pub async fn resolve(&self, name: &str) -> Result<Environment, Error> {
+        check_name(name)?;
+        match self.runtime.image_info(&latest(name)).await? {
+            Some(info) => {
+                let env = environment_of(name, &info);
+                // A name pointing at a build whose own tag is gone (an
+                // interrupted delete) gets it back.
+                if !info.tags.contains(&env.image) {
+                    self.runtime.tag_image(&info.id, &env.image).await?;
+                }
+                Ok(env)
+            }
+            None => Err(Error::NotFound {
+                name: name.to_string(),
+                known: self.list().await?.into_iter().map(|e| e.name).collect(),
+            }),
+        }
+    }
+
+    /// Removes every build of `name`. The caller has checked that no
+    /// session uses it; the engine still refuses an image a container uses.
+    pub async fn delete(&self, name: &str) -> Result<Environment, Error> {
+        let env = self.resolve(name).await?;
+        let prefix = format!("{REPOSITORY_PREFIX}{name}:");
+        let images = self.runtime.list_images(Some(labels::NAME)).await?;
+        let mut tags: Vec<String> = images
+            .iter()
+            .filter(|i| i.labels.get(labels::NAME).map(String::as_str) == Some(name))
+            .flat_map(|i| i.tags.iter().filter(|t| t.starts_with(&prefix)).cloned())
+            .collect();
+        // The name goes last, so a refusal leaves it working.
+        tags.sort_by_key(|t| *t == latest(name));
+        for tag in tags {
+            self.runtime.remove_image(&tag).await?;
+        }
+        tracing::info!(environment = %name, "environment deleted");
+        Ok(env)
+    }
+
+    /// Names of the images in the engine's store, for an error to suggest.
+    async fn local_images(&self) -> Vec<String> {
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        if let Ok(images) = self.runtime.list_images(None).await {
+            for i in images {
+                names.extend(i.tags);
+            }
+        }
+        names.into_iter().take(50).collect()
+    }
+}
+
+/// A build waiting to run.
+struct Job {
+    name: String,
+    image: String,
+    key: String,
+    recipe: Recipe,
+    timeout: Duration,
+    progress: broadcast::Sender<Progress>,
+}
+
+fn environment_of(name: &str, info: &ImageInfo) -> Environment {
+    let key = info.labels.get(labels::KEY).cloned().unwrap_or_default();
+    Environment {
+        name: name.to_string(),
+        image: format!("{REPOSITORY_PREFIX}{name}:{key}"),
+        image_id: info.id.clone(),
+        key,
+        base: info.labels.get(labels::BASE).cloned().unwrap_or_default(),
+        created: info.created,
+        size: info.size,
+    }
+}
+
+/// The engine's own lines about a step, not the step's output.
+fn is_chatter(line: &str) -> bool {
+    line.starts_with(" ---> ")
+        || line.starts_with("Removing intermediate container ")
+        || line.starts_with("Successfully built ")
+        || line.starts_with("Successfully tagged ")
+        || line.trim().is_empty()
+}
+
+/// Step numbers as the caller wrote the recipe: the steps sandboxd added
+/// (the build CA) are not shown and not counted.
+struct StepCount<'a> {
+    injected: &'a BTreeSet<String>,
+    hidden_total: u32,
+    hidden_seen: u32,
+    number: u32,
+    total: u32,
+    instruction: String,
+    /// The current step is one sandboxd added.
+    hidden: bool,
+}
+
+impl<'a> StepCount<'a> {
+    fn new(injected: &'a BTreeSet<String>, hidden_total: u32) -> Self {
+        StepCount {
+            injected,
+            hidden_total,
+            hidden_seen: 0,
+            number: 0,
+            total: 0,
+            instruction: String::new(),
+            hidden: false,
+        }
+    }
+
+    fn next(&mut self, number: u32, total: u32, instruction: String) -> Option<Progress> {
+        self.hidden = self.injected.contains(&instruction);
+        if self.hidden {
+            self.hidden_seen += 1;
+            return None;
+        }
+        self.number = number.saturating_sub(self.hidden_seen);
+        self.total = total.saturating_sub(self.hidden_total);
+        self.instruction = instruction.clone();
+        Some(Progress::Step {
+            number: self.number,
+            total: self.total,
+            instruction,
+        })
+    }
+
+    fn position(&self) -> String {
+        if self.number == 0 {
+            String::new()
+        } else {
+            format!("{} of {}", self.number, self.total)
+        }
+    }
+
+    fn describe(&self) -> String {
+        if self.number == 0 {
+            "before its first step".into()
+        } else {
+            format!("{} ({})", self.position(), self.instruction)
+        }
+    }
+}
+
+/// Passes a shared build's progress to one caller, output capped at `cap`
+/// bytes, then its result. Returns when the caller goes away, which the
+/// build notices once no caller is left.
+async fn forward(
+    mut progress: broadcast::Receiver<Progress>,
+    mut done: watch::Receiver<Option<Result<Built, Error>>>,
+    tx: mpsc::Sender<Result<Progress, Error>>,
+    cap: u64,
+    joined: bool,
+    started: Instant,
+) {
+    let mut sent: u64 = 0;
+    let mut total: u64 = 0;
+    let mut pass = |p: Progress| -> Option<Progress> {
+        if let Progress::Output(line) = &p {
+            let n = line.len() as u64 + 1;
+            total += n;
+            if sent + n > cap {
+                return None;
+            }
+            sent += n;
+        }
+        Some(p)
+    };
+    if joined && tx.send(Ok(Progress::Joined)).await.is_err() {
+        return;
+    }
+    let result = loop {
+        tokio::select! {
+            biased;
+            p = progress.recv() => match p {
+                Ok(p) => {
+                    if let Some(p) = pass(p)
+                        && tx.send(Ok(p)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => {
+                    let _ = done.wait_for(Option::is_some).await;
+                    break done.borrow().clone();
+                }
+            },
+            _ = tx.closed() => return,
+            changed = done.changed() => {
+                if changed.is_ok() && done.borrow().is_none() {
+                    continue;
+                }
+                let result = done.borrow().clone();
+                // What the build sent before it ended is still queued.
+                while let Ok(p) = progress.try_recv() {
+                    if let Some(p) = pass(p)
+                        && tx.send(Ok(p)).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                break result;
+            }
+        }
+    };
+    let message = match result {
+        Some(Ok(built)) => Ok(Progress::Done(Built {
+            duration: started.elapsed(),
+            output_bytes: total,
+            output_truncated: total > sent,
+            ..built
+        })),
+        Some(Err(e)) => Err(e),
+        None => Err(Error::BuildFailed {
+            step: String::new(),
+            instruction: String::new(),
+            message: "the build ended without a result".into(),
+            tail: Vec::new(),
+        }),
+    };
+    let _ = tx.send(message).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_docker_repository_components() {
+        for ok in ["py", "py-3.12", "a_b", "x1"] {
+            check_name(ok).unwrap();
+        }
+        for bad in ["", "Py", "a..b", "-a", "a/b", "a:b", "a b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn added_steps_are_neither_shown_nor_counted() {
+        let injected: BTreeSet<String> = ["COPY ca x".to_string(), "ARG A=x".to_string()].into();
+        let mut s = StepCount::new(&injected, 2);
+        let first = s.next(1, 4, "FROM base".into());
+        assert!(matches!(
+            first,
+            Some(Progress::Step {
+                number: 1,
+                total: 2,
+                ..
+            })
+        ));
+        assert!(s.next(2, 4, "COPY ca x".into()).is_none());
+        assert!(s.hidden);
+        assert!(s.next(3, 4, "ARG A=x".into()).is_none());
+        let last = s.next(4, 4, "RUN make".into());
+        assert!(matches!(
+            last,
+            Some(Progress::Step {
+                number: 2,
+                total: 2,
+                ..
+            })
+        ));
+        assert_eq!(s.describe(), "2 of 2 (RUN make)");
+    }
+}
