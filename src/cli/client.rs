@@ -75,6 +75,10 @@ pub enum Verb {
     /// Create, inspect, list and close sessions.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Build, list and delete environments: images with a project's
+    /// toolchain, built with network, run without.
+    #[command(subcommand)]
+    Env(super::env::EnvCommand),
     /// Print lines of a file, numbered.
     Read {
         /// Workspace-relative path.
@@ -191,8 +195,11 @@ pub enum SessionCommand {
         #[arg(short, long)]
         quiet: bool,
         /// Image (default: the service's default image).
-        #[arg(long, default_value = "")]
+        #[arg(long, default_value = "", conflicts_with = "environment")]
         image: String,
+        /// Environment to run (see `sandboxd env build`).
+        #[arg(long, default_value = "")]
+        environment: String,
         /// Reading, listing and searching only: no writes, no commands.
         #[arg(long)]
         read_only: bool,
@@ -305,6 +312,7 @@ async fn call(
             ttl,
             quiet,
             image,
+            environment,
             read_only,
             deny_writes,
             allow_writes,
@@ -318,6 +326,7 @@ async fn call(
                 ttl_seconds: ttl,
                 default_timeout_ms,
                 image,
+                environment,
                 limits: (disk_bytes != 0 || inodes != 0).then_some(pb::Limits {
                     disk_bytes,
                     inodes,
@@ -340,6 +349,7 @@ async fn call(
                     print::session(con, &s);
                 }
             }),
+        Verb::Env(cmd) => super::env::call(&mut c, cmd, con).await,
         Verb::Session(SessionCommand::Get { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;
             c.get_session(pb::GetSessionRequest { session_id })

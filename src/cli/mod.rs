@@ -6,13 +6,14 @@
 //! service's flags and start-up), `token` (the token `serve` makes for a
 //! loopback port and a client of the same user finds), `image`, `client`
 //! (the client verbs), `connect` (reaching the service), `print` (showing
-//! replies), `terminal` (neutralising what reaches a terminal), `demo` and
-//! `bench`. The library never depends on any of it.
+//! replies), `terminal` (neutralising what reaches a terminal), `env`
+//! (environments), `demo` and `bench`. The library never depends on any of it.
 
 pub mod bench;
 pub mod client;
 mod connect;
 pub mod demo;
+mod env;
 pub mod image;
 mod print;
 pub mod serve;
@@ -81,8 +82,8 @@ pub enum Command {
         #[arg(long)]
         user: Option<String>,
     },
-    /// The client verbs: `run`, `session`, `read`, `create`, `edit`, `ls`,
-    /// `find`, `report`, `grep`.
+    /// The client verbs: `run`, `session`, `env`, `read`, `create`, `edit`,
+    /// `ls`, `find`, `report`, `grep`.
     #[command(flatten)]
     Client(client::Verb),
 }

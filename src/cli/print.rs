@@ -138,7 +138,7 @@ pub fn report(con: &mut Stdio, r: &pb::SessionReport, journal: bool) {
 
 /// The first `chars` characters of `s` (ids and hashes come from the
 /// service: never cut one inside a character).
-fn prefix(s: &str, chars: usize) -> &str {
+pub fn prefix(s: &str, chars: usize) -> &str {
     s.char_indices().nth(chars).map_or(s, |(end, _)| &s[..end])
 }
 
@@ -177,7 +177,14 @@ pub fn session(con: &mut Stdio, s: &pb::Session) {
             con.out(format_args!("policy    {}\n", rules.join("; ")));
         }
     }
-    con.out(format_args!("image     {}\n", s.image));
+    if s.environment.is_empty() {
+        con.out(format_args!("image     {}\n", s.image));
+    } else {
+        con.out(format_args!(
+            "image     {} (environment {})\n",
+            s.image, s.environment
+        ));
+    }
     match (s.container_id.as_str(), s.sandbox_status.as_str()) {
         (_, status) if !status.is_empty() => {
             con.out(format_args!("sandbox   unavailable: {status}\n"))

@@ -109,6 +109,9 @@ pub struct Console<O: Write, E: Write> {
     /// ended a line. Both streams usually share one terminal, so output
     /// without a final newline on stdout leaves stderr's cursor mid-line too.
     at_line_start: bool,
+    /// A live status line is on stdout's terminal, to be erased before
+    /// anything else is written.
+    live: bool,
 }
 
 impl Console<io::Stdout, io::Stderr> {
@@ -127,17 +130,51 @@ impl<O: Write, E: Write> Console<O, E> {
             out: Stream::new(out, out_terminal),
             err: Stream::new(err, err_terminal),
             at_line_start: true,
+            live: false,
+        }
+    }
+
+    /// Shows one line of the CLI's own progress on stdout's terminal,
+    /// replacing the previous one; it is erased before anything else is
+    /// printed. Nothing is shown elsewhere. The text is neutralised, and
+    /// cut to `width` characters so it never wraps.
+    pub fn live(&mut self, args: fmt::Arguments<'_>, width: usize) {
+        if !self.out.terminal || self.out.failed.is_some() {
+            return;
+        }
+        self.erase_live();
+        let text = args.to_string();
+        let line: String = text
+            .chars()
+            .map(|c| if c == '\n' { ' ' } else { c })
+            .take(width)
+            .collect();
+        self.out.write_str(&line);
+        self.out.flush();
+        self.live = true;
+    }
+
+    /// Erases the live line, if one shows.
+    fn erase_live(&mut self) {
+        if self.live {
+            self.live = false;
+            // The CLI's own control sequence: carriage return, erase line.
+            if let Err(e) = self.out.writer.write_all(b"\r\x1b[2K") {
+                self.out.failed = Some(e);
+            }
         }
     }
 
     /// Prints to stdout, like `print!`.
     pub fn out(&mut self, args: fmt::Arguments<'_>) {
+        self.erase_live();
         write_args(&mut self.out, &mut self.at_line_start, args);
     }
 
     /// Prints to stderr, like `eprint!`, after what stdout holds so the
     /// two stay in order on a shared terminal.
     pub fn err(&mut self, args: fmt::Arguments<'_>) {
+        self.erase_live();
         self.out.flush();
         write_args(&mut self.err, &mut self.at_line_start, args);
     }
@@ -146,6 +183,7 @@ impl<O: Write, E: Write> Console<O, E> {
     /// an error. On a terminal it starts on a line of its own, whatever
     /// output came before it, so nothing can be glued in front of it.
     pub fn status(&mut self, args: fmt::Arguments<'_>) {
+        self.erase_live();
         self.out.flush();
         if self.err.terminal && !self.at_line_start {
             self.err.write_str("\n");
@@ -217,6 +255,20 @@ mod tests {
 
     fn text(bytes: &[u8]) -> &str {
         std::str::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_live_line_shows_on_a_terminal_only_and_is_erased_before_output() {
+        let mut con = console(true, true);
+        con.live(format_args!("step 1\x1b[31m\nlong"), 12);
+        con.out(format_args!("line\n"));
+        let Console { out, .. } = con;
+        assert_eq!(text(&out.writer), "step 1^[[31m \r\x1b[2Kline\n");
+        let mut piped = console(false, false);
+        piped.live(format_args!("step 1"), 80);
+        piped.out(format_args!("line\n"));
+        let Console { out, .. } = piped;
+        assert_eq!(text(&out.writer), "line\n");
     }
 
     #[test]
