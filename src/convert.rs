@@ -55,6 +55,7 @@ impl From<Info> for pb::Session {
             limits: Some(i.limits.into()),
             sandbox_status: i.sandbox_status.unwrap_or_default(),
             policy: Some(i.rules.into()),
+            notes: i.notes,
         }
     }
 }
