@@ -58,6 +58,7 @@ impl From<Info> for pb::Session {
             sandbox_status: i.sandbox_status.unwrap_or_default(),
             policy: Some(i.rules.into()),
             environment: i.environment.unwrap_or_default(),
+            notes: i.notes,
         }
     }
 }

@@ -194,6 +194,9 @@ pub fn session(con: &mut Stdio, s: &pb::Session) {
         )),
         (id, _) => con.out(format_args!("container {}\n", prefix(id, 12))),
     }
+    for note in &s.notes {
+        con.out(format_args!("note      {note}\n"));
+    }
 }
 
 /// Prints lines read from a file, numbered, with a summary; `raw` prints

@@ -101,6 +101,8 @@ pub struct Info {
     pub sandbox_status: Option<String>,
     /// The policy rules in force.
     pub rules: Rules,
+    /// What the caller must know about the session, in plain words.
+    pub notes: Vec<String>,
 }
 
 /// What resetting a session's sandbox did.

@@ -102,7 +102,9 @@ pub(super) async fn discard(warm: Prepared) {
 /// Who a session's commands run as: the workspace's owner, with the
 /// owner's own primary group (never the directory's group, which may be
 /// root's or another privileged one the owner does not have); the default
-/// user for a root-owned workspace.
+/// user for a root-owned workspace, which its pin then shows them as their
+/// own (an id-mapped mount, see [`Volumes::pin`]): commands never run as
+/// root.
 fn command_user(owner: (u32, u32), default: (u32, u32)) -> (u32, u32) {
     match owner {
         (0, _) => default,
@@ -193,7 +195,15 @@ fn open_workspace(
     {
         return Err(Error::OverlapsState { path });
     }
-    // Containers mount a pin of this very directory, never its path.
-    let volume = volumes.pin(id, ws.root_fd(), ws.host_path())?;
+    // Containers mount a pin of this very directory, never its path;
+    // root's directory is id-mapped to the user its commands run as. Not
+    // under gVisor: its file server creates files as root and then hands
+    // them over, and root has no id in the map, so every create through
+    // such a pin fails (EOVERFLOW) while changes to existing files work; a
+    // checkout that is plainly read-only to commands is the clearer one.
+    let user = command_user(ws.owner(), config.sandbox.default_user);
+    let no_idmap = (config.sandbox.runtime.as_deref() == Some(sandbox::runsc::NAME))
+        .then_some("under gVisor, files cannot be created through an id-mapped mount");
+    let volume = volumes.pin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?;
     Ok((ws, volume))
 }

@@ -209,6 +209,7 @@ impl Registry {
             }
         };
         let owns_workspace = volume.owns_workspace();
+        let notes = volume.note().map(str::to_string).into_iter().collect();
         let now = SystemTime::now();
         let session = Arc::new(Session {
             id,
@@ -220,6 +221,7 @@ impl Registry {
             env: req.env,
             sandbox_status: Mutex::new(None),
             owns_workspace,
+            notes,
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
             ttl,

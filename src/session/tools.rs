@@ -41,6 +41,8 @@ pub struct Session {
     /// The workspace as containers mount it; taken at close.
     pub(super) volume: Mutex<Option<Volume>>,
     pub(super) owns_workspace: bool,
+    /// What callers must know about the session (from its volume).
+    pub(super) notes: Vec<String>,
     /// Commands running now: a session with one is never idle.
     pub(super) running: AtomicUsize,
     pub(super) ttl: Duration,
@@ -82,6 +84,7 @@ impl Session {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             rules: self.policy.rules().clone(),
+            notes: self.notes.clone(),
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::common;
 use crate::common::{TestServer, run};
+use sandboxd::pb;
 
 /// Runs `script` as `nobody` (uid 65534), the unprivileged local user.
 fn as_nobody(script: &str) -> std::process::Output {
@@ -70,6 +71,66 @@ async fn planted_setuid_files_are_useless_on_the_host() {
         closed,
         "some directory above the workspace is closed to others"
     );
+    srv.stop().await;
+}
+
+/// The same in root's checkout, where a command works through an
+/// id-mapped pin: a set-id shell it plants is stored on the host as root's
+/// (a set-uid-root program on disk), so it must be, and is, reachable by
+/// root alone: such a checkout is refused unless a directory above it is
+/// closed to others, and the pin ignores set-id bits in the container.
+#[tokio::test]
+async fn planted_setuid_files_in_a_root_checkout_are_useless_on_the_host() {
+    let srv = TestServer::with_docker().await;
+    let allowed = srv.allowed_root.path();
+    let repo = allowed.join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lend = || {
+        let mut client = srv.client.clone();
+        let req = pb::CreateSessionRequest {
+            workspace_path: repo.display().to_string(),
+            ..Default::default()
+        };
+        async move { client.create_session(req).await }
+    };
+    // Nothing above root's checkout closed to others: refused.
+    std::fs::set_permissions(allowed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::assert_refused_unchanged(lend(), "INVALID_WORKSPACE", &repo).await;
+    std::fs::set_permissions(allowed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sid = lend().await.unwrap().into_inner().session_id;
+    let plant = "cp /bin/sh suidsh && chmod 4755 suidsh && mkdir sgid && chmod 2777 sgid && cp /bin/sh sgid/sh && chmod 6755 sgid/sh && chmod 777 . && ls -ln suidsh sgid/sh && ./suidsh -p -c 'id -u' && sgid/sh -p -c 'id -g'";
+    let ran = run(&srv.client, &sid, plant, 20_000).await;
+    assert_eq!(ran.exit.exit_code, 0, "{}", ran.stderr());
+    let out = ran.stdout();
+    assert!(out.contains("-rwsr-xr-x 1 1000 1000"), "{out}");
+    // In the container the bits do nothing: the pin is nosuid.
+    assert!(out.ends_with("1000\n1000\n"), "{out}");
+    let mounts = run(
+        &srv.client,
+        &sid,
+        "grep ' /workspace ' /proc/mounts",
+        20_000,
+    )
+    .await;
+    assert!(mounts.stdout().contains("nosuid"), "{}", mounts.stdout());
+    for file in ["suidsh", "sgid/sh"] {
+        let path = repo.join(file);
+        // On disk it is a set-id program of root's...
+        let md = std::fs::metadata(&path).unwrap();
+        assert_eq!((md.uid(), md.gid()), (0, 0), "{file}");
+        assert_ne!(md.mode() & 0o4000, 0, "{file}");
+        // ...that another user of the host cannot reach, even though the
+        // command opened the checkout itself to everyone.
+        let out = as_nobody(&format!("{} -p -c id", path.display()));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "nobody ran {file}: {said}");
+        assert!(!said.contains("euid="), "{said}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Permission denied"), "{err}");
+    }
+    assert_eq!(std::fs::metadata(&repo).unwrap().mode() & 0o777, 0o777);
+    assert_eq!(std::fs::metadata(allowed).unwrap().mode() & 0o777, 0o700);
     srv.stop().await;
 }
 
