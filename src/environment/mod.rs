@@ -32,6 +32,9 @@ use recipe::Recipe;
 /// Repository prefix of every environment's image.
 pub const REPOSITORY_PREFIX: &str = "sandboxd-env/";
 
+/// What every label sandboxd puts on an image starts with.
+const LABEL_PREFIX: &str = "sandboxd.";
+
 /// Labels of an environment's image.
 pub mod labels {
     /// The environment's name.
@@ -302,22 +305,25 @@ impl Environments {
             timeout,
             progress,
         } = job;
+        let image_labels = BTreeMap::from([
+            (labels::NAME.to_string(), name.clone()),
+            (labels::KEY.to_string(), key),
+            (labels::BASE.to_string(), recipe.bases.join(" ")),
+        ]);
+        // The engine adds a step per label, after the recipe's own.
+        let hidden_steps = recipe.hidden_steps + image_labels.len() as u32;
         let spec = BuildSpec {
             context: recipe.context,
             dockerfile: recipe::DOCKERFILE.to_string(),
             tag: image.clone(),
-            labels: BTreeMap::from([
-                (labels::NAME.to_string(), name.clone()),
-                (labels::KEY.to_string(), key),
-                (labels::BASE.to_string(), recipe.bases.join(" ")),
-            ]),
+            labels: image_labels,
             args: self.config.proxy.clone(),
         };
         tracing::info!(environment = %name, image = %image, "building an environment");
         let mut stream = self.runtime.build_image(spec).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let mut step = StepCount::new(&recipe.injected, recipe.hidden_steps);
+        let mut step = StepCount::new(&recipe.injected, hidden_steps);
         let mut tail: VecDeque<String> = VecDeque::new();
         let result = loop {
             let message = tokio::select! {
@@ -539,7 +545,8 @@ impl<'a> StepCount<'a> {
     }
 
     fn next(&mut self, number: u32, total: u32, instruction: String) -> Option<Progress> {
-        self.hidden = self.injected.contains(&instruction);
+        self.hidden = self.injected.contains(&instruction)
+            || instruction.starts_with(&format!("LABEL {}", LABEL_PREFIX));
         if self.hidden {
             self.hidden_seen += 1;
             return None;

@@ -870,7 +870,7 @@ fn environment_status(err: &environment::Error) -> Described {
                 .map(|l| shorten_to(l, TAIL_LINE_CHARS))
                 .collect();
             let output = if tail.is_empty() {
-                String::new()
+                " ".to_string()
             } else {
                 format!(" Its last output lines:\n{}\n", tail.join("\n"))
             };
@@ -878,7 +878,7 @@ fn environment_status(err: &environment::Error) -> Described {
                 Code::FailedPrecondition,
                 reason::BUILD_FAILED,
                 format!(
-                    "{at}: {message}.{output} {NOTHING_BUILT} Its containers were removed. Fix \
+                    "{at}: {message}.{output}{NOTHING_BUILT} Its containers were removed. Fix \
                      that step and build again; the steps before it are cached."
                 ),
                 &[("step", step.clone())],

@@ -27,6 +27,8 @@ pub(super) struct Pool {
     filling: AtomicUsize,
     /// Set at shutdown: fills still in flight discard what they made.
     closed: AtomicBool,
+    /// Set while its environment is being deleted: no fill starts.
+    paused: AtomicBool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -57,6 +59,12 @@ impl Pool {
             .iter()
             .map(|p| p.id.clone())
             .collect()
+    }
+
+    /// Stops or resumes filling (fills in flight go on: see
+    /// [`Pool::settled`]).
+    pub(super) fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
     }
 
     /// Takes every entry ready now, leaving the pool open.
@@ -109,7 +117,7 @@ impl Pool {
         want: usize,
     ) {
         loop {
-            if self.closed.load(Ordering::SeqCst) {
+            if self.closed.load(Ordering::SeqCst) || self.paused.load(Ordering::SeqCst) {
                 return;
             }
             let filling = self.filling.load(Ordering::SeqCst);

@@ -461,15 +461,24 @@ impl Registry {
         may_build: bool,
     ) -> Result<Environment, failure::Error> {
         let sessions = self.sessions_of(name);
-        if (may_build || self.config.allow_builds)
-            && sessions.is_empty()
-            && let Some(pool) = self.environment_pools.get(name)
-        {
+        // Warm containers of its image go first, and none is made while
+        // its images are removed.
+        let pool = self
+            .environment_pools
+            .get(name)
+            .filter(|_| (may_build || self.config.allow_builds) && sessions.is_empty());
+        if let Some(pool) = pool {
+            pool.pause(true);
+            pool.settled().await;
             for warm in pool.clear() {
                 discard(warm).await;
             }
         }
-        self.builds.delete(name, may_build, sessions).await
+        let deleted = self.builds.delete(name, may_build, sessions).await;
+        if let Some(pool) = pool {
+            pool.pause(false);
+        }
+        deleted
     }
 
     fn sessions_of(&self, environment: &str) -> Vec<String> {

@@ -15,6 +15,7 @@ mod confinement;
 mod deep_tree;
 mod edit_cost;
 mod edit_file;
+mod environments;
 mod escapes;
 mod hostile;
 mod images;

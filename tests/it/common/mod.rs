@@ -117,6 +117,20 @@ impl TestServer {
     /// [`TestServer::with_docker_mode`] with its configuration changed by
     /// `tweak`.
     pub async fn with_docker_mode_and(mode: Mode, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        Self::build(Self::docker_builder(mode).await, tweak).await
+    }
+
+    /// A supervisor server over the real Docker daemon, reached with
+    /// `access`, its configuration changed by `tweak`.
+    pub async fn with_docker_access(
+        access: sandboxd::server::Access,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        let builder = Self::docker_builder(Mode::Supervisor).await.access(access);
+        Self::build(builder, tweak).await
+    }
+
+    async fn docker_builder(mode: Mode) -> local::Builder {
         prepare_host();
         let docker = Arc::new(DockerRuntime::new(None));
         if let Err(e) = docker.ping().await {
@@ -128,15 +142,14 @@ impl TestServer {
             panic!("the gVisor tests need runsc as a runtime of the Docker engine: {e}");
         }
         let builder = new_local().docker(docker);
-        let builder = match mode {
+        match mode {
             Mode::Supervisor => builder.supervisor(SANDBOXD),
             Mode::SupervisorStdio => builder.supervisor(SANDBOXD).socket_link(false),
             Mode::Exec => builder,
             Mode::Gvisor => builder
                 .supervisor(SANDBOXD)
                 .configure(|config| config.sandbox.runtime = Some("runsc".into())),
-        };
-        Self::build(builder, tweak).await
+        }
     }
 
     async fn build(builder: local::Builder, tweak: impl FnOnce(&mut Config)) -> TestServer {
