@@ -28,6 +28,18 @@ pub struct CommandSpec {
     pub stdout_cap: usize,
     /// Characters kept of stderr.
     pub stderr_cap: usize,
+    /// What the exit says when the command ran out of time, and when
+    /// output was cut at its cap: how to get more, in the caller's terms.
+    pub hints: LimitHints,
+}
+
+/// Notes an exit carries when a limit stopped or cut the command.
+#[derive(Debug, Clone, Default)]
+pub struct LimitHints {
+    /// Said when the command timed out.
+    pub timed_out: String,
+    /// Said when stdout or stderr was cut at its cap.
+    pub truncated: String,
 }
 
 /// Which rung of the ladder stopped the command.

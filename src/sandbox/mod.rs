@@ -36,7 +36,7 @@ use futures_util::Stream;
 
 pub use build::{BuildMessage, BuildSpec, BuildStream, ImageInfo};
 pub use capture::Captured;
-pub use command::{CommandSpec, Event, ExitReport, KilledBy};
+pub use command::{CommandSpec, Event, ExitReport, KilledBy, LimitHints};
 use supervisor::host::{Link, Supervised};
 
 /// Why a sandbox operation failed. Variants name the operation.
@@ -309,6 +309,8 @@ pub struct Started {
     /// What the caller must know about how it ran (e.g. the sandbox was
     /// replaced first); reported on its exit.
     notes: Vec<String>,
+    /// Said on the exit if a limit stopped or cut the command.
+    hints: LimitHints,
 }
 
 /// Said on the exit of a command during which the process limit refused a
@@ -360,6 +362,13 @@ impl Started {
         notes.append(&mut report.notes);
         if report.pids_exhausted {
             notes.push(NOTE_PIDS.to_string());
+        }
+        let hints = self.hints;
+        if report.timed_out && !hints.timed_out.is_empty() {
+            notes.push(hints.timed_out);
+        }
+        if (report.stdout.truncated || report.stderr.truncated) && !hints.truncated.is_empty() {
+            notes.push(hints.truncated);
         }
         report.notes = notes;
         if !client_gone {
@@ -517,17 +526,20 @@ impl Sandbox {
     /// with [`Started::drive`], then call [`Sandbox::finished`].
     pub async fn start(&self, spec: CommandSpec) -> Result<Started, Error> {
         let mut notes = Vec::new();
+        let hints = spec.hints.clone();
         let mut container = self.ensure().await?;
         if self.spec.supervisor.is_some() {
             match self.supervised(&container, &spec).await {
-                Ok(via) => return Ok(Started { via, notes }),
+                Ok(via) => {
+                    return Ok(Started { via, notes, hints });
+                }
                 Err(Error::LinkLost) => {
                     tracing::warn!(container = %container, "supervisor link lost; replacing the container");
                     self.replace(&container).await;
                     notes.push(NOTE_REPLACED.to_string());
                     container = self.ensure().await?;
                     match self.supervised(&container, &spec).await {
-                        Ok(via) => return Ok(Started { via, notes }),
+                        Ok(via) => return Ok(Started { via, notes, hints }),
                         Err(e) => {
                             tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
                         }
@@ -550,6 +562,7 @@ impl Sandbox {
             Ok(running) => Ok(Started {
                 via: Via::Exec(running),
                 notes,
+                hints,
             }),
             // The container may have died under us (killed from outside):
             // start a fresh one once and retry.
@@ -560,7 +573,7 @@ impl Sandbox {
                 if self.spec.supervisor.is_some()
                     && let Ok(via) = self.supervised(&container, &spec).await
                 {
-                    return Ok(Started { via, notes });
+                    return Ok(Started { via, notes, hints });
                 }
                 exec_fallback::start(
                     Arc::clone(&self.runtime),
@@ -573,6 +586,7 @@ impl Sandbox {
                 .map(|running| Started {
                     via: Via::Exec(running),
                     notes,
+                    hints,
                 })
             }
             Err(e) => Err(e),

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -15,7 +15,7 @@ use super::failure;
 use super::messages::{CommandRequest, check_env};
 use super::tools::Session;
 use crate::policy::CommandDenied;
-use crate::sandbox::{CommandSpec, Event};
+use crate::sandbox::{CommandSpec, Event, LimitHints};
 
 impl Session {
     /// Checks a command against the guard and the ceilings, starts it, and
@@ -106,11 +106,59 @@ impl Session {
                 format!("/workspace/{cwd}")
             },
             env,
+            hints: LimitHints {
+                timed_out: timed_out_hint(timeout, self.default_timeout, cfg.max_timeout),
+                truncated: truncated_hint(stdout_cap, stderr_cap, cfg.max_cap),
+            },
             timeout,
             stdout_cap: stdout_cap as usize,
             stderr_cap: stderr_cap as usize,
         })
     }
+}
+
+/// `d` in whole seconds, or in milliseconds under a second.
+fn shown(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// What a command that ran out of `timeout` is told: how to give it more
+/// time, and up to what.
+fn timed_out_hint(timeout: Duration, session_default: Duration, ceiling: Duration) -> String {
+    if timeout >= ceiling {
+        return format!(
+            "The command was stopped at its timeout of {}, the operator's ceiling: it cannot be \
+             given longer. Run less at once (e.g. part of the test suite), or ask the operator to \
+             raise the ceiling (serve --max-timeout-ms).",
+            shown(timeout)
+        );
+    }
+    format!(
+        "The command was stopped at its timeout of {} (this session's default is {}). To give \
+         it longer, set timeout_ms on RunCommand (`sandboxd run --timeout-ms`), or \
+         default_timeout_ms on CreateSession for every command of a session, up to the \
+         operator's ceiling of {} ({} ms).",
+        shown(timeout),
+        shown(session_default),
+        shown(ceiling),
+        ceiling.as_millis()
+    )
+}
+
+/// What a command whose output was cut at its cap is told.
+fn truncated_hint(stdout_cap: u64, stderr_cap: u64, ceiling: u64) -> String {
+    format!(
+        "Output past its cap was cut ({stdout_cap} characters of stdout, {stderr_cap} of \
+         stderr): `text` holds the first three quarters of the cap, `tail` the last quarter, and \
+         omitted_bytes what was dropped between them. To see more, set stdout_cap / stderr_cap \
+         on RunCommand (`sandboxd run --cap`), up to the operator's ceiling of {ceiling}, or \
+         redirect the output to a file in the workspace and read it with ReadFile or search it \
+         with SearchFiles."
+    )
 }
 
 /// Marks a session busy while one of its commands runs: the idle clock

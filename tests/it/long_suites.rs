@@ -73,3 +73,57 @@ async fn a_session_sets_its_commands_default_timeout_once() {
     assert!(ran.exit.timed_out, "{:?}", ran.exit);
     srv.stop().await;
 }
+
+/// A result cut short says how to get the rest: a timeout names the limit,
+/// how to raise it and up to what (or that it is already the ceiling); a
+/// truncated stream names its cap, how the kept text is split, and how to
+/// raise the cap.
+#[tokio::test]
+async fn a_limited_result_says_how_to_raise_the_limit_and_up_to_what() {
+    let srv = TestServer::with_docker_mode_and(crate::common::Mode::Supervisor, |c| {
+        c.sandbox.default_timeout = Duration::from_secs(1);
+        c.sandbox.max_timeout = Duration::from_secs(4);
+        c.sandbox.default_cap = 100;
+        c.sandbox.max_cap = 5_000;
+    })
+    .await;
+    let (id, _) = srv.session().await;
+
+    let ran = run(&srv.client, &id, "sleep 30", 0).await;
+    assert!(ran.exit.timed_out);
+    let note = ran.exit.notes.join("\n");
+    assert!(note.contains("timeout of 1 s"), "{note}");
+    assert!(
+        note.contains("timeout_ms") && note.contains("default_timeout_ms"),
+        "{note}"
+    );
+    assert!(note.contains("ceiling of 4 s (4000 ms)"), "{note}");
+
+    let ran = run(&srv.client, &id, "sleep 30", 4_000).await;
+    assert!(ran.exit.timed_out);
+    let note = ran.exit.notes.join("\n");
+    assert!(
+        note.contains("the operator's ceiling: it cannot be given longer"),
+        "{note}"
+    );
+
+    let ran = run(&srv.client, &id, "seq 1 1000; seq 1 1000 >&2", 0).await;
+    assert!(!ran.exit.timed_out);
+    let out = ran.exit.stdout.as_ref().unwrap();
+    assert!(out.truncated && out.tail.ends_with("1000\n"), "{out:?}");
+    let note = ran.exit.notes.join("\n");
+    assert!(note.contains("100 characters of stdout, 100 of"), "{note}");
+    assert!(note.contains("`tail` the last quarter"), "{note}");
+    assert!(
+        note.contains("stdout_cap") && note.contains("ceiling of 5000"),
+        "{note}"
+    );
+    assert!(
+        !note.contains("timeout"),
+        "only what happened is said: {note}"
+    );
+
+    let ran = run(&srv.client, &id, "echo short", 0).await;
+    assert!(ran.exit.notes.is_empty(), "{:?}", ran.exit.notes);
+    srv.stop().await;
+}

@@ -187,6 +187,7 @@ mod tests {
                 timeout: Duration::from_secs(30),
                 stdout_cap: 100,
                 stderr_cap: 100,
+                hints: Default::default(),
             },
             started: Instant::now(),
         };
