@@ -119,7 +119,7 @@ impl Session {
 
 /// `d` in whole seconds, or in milliseconds under a second.
 fn shown(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
+    if d.as_millis().is_multiple_of(1000) {
         format!("{} s", d.as_secs())
     } else {
         format!("{} ms", d.as_millis())
