@@ -493,7 +493,10 @@ async fn only_callers_the_operator_allows_may_build() {
         build_token: Some("builder-token".into()),
         ..Default::default()
     };
-    let srv = TestServer::with_docker_access(access, |_| {}).await;
+    let journal = tempfile::tempdir().unwrap();
+    let journal_dir = journal.path().join("journal");
+    let dir = journal_dir.clone();
+    let srv = TestServer::with_docker_access(access, move |c| c.journal_dir = Some(dir)).await;
     let name = unique("perm");
     let req = dockerfile(&name, "FROM sandboxd-default:latest\nRUN true\n");
     let denied = srv
@@ -555,6 +558,57 @@ async fn only_callers_the_operator_allows_may_build() {
         .await
         .unwrap();
     assert!(!image_exists(&env.image));
+
+    // Every build and deletion is in the journal, refused ones too.
+    let file = std::fs::read_dir(&journal_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("builds-")
+        })
+        .expect("a journal of builds");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(String, String, String)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["tool"].as_str().unwrap().to_string(),
+                l["outcome"]["status"].as_str().unwrap().to_string(),
+                l["outcome"]["reason"]
+                    .as_str()
+                    .or(l["outcome"]["detail"].as_str())
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0].0, "BuildEnvironment");
+    assert_eq!(
+        (seen[0].1.as_str(), seen[0].2.as_str()),
+        ("refused", "POLICY_DENIED")
+    );
+    assert_eq!(seen[1].0, "BuildEnvironment");
+    assert!(
+        seen[1].2.starts_with(&format!("built {}", env.image)),
+        "{seen:?}"
+    );
+    assert_eq!(seen[2].0, "DeleteEnvironment");
+    assert_eq!(seen[2].2, "POLICY_DENIED");
+    assert_eq!(seen[3].0, "DeleteEnvironment");
+    assert!(seen[3].2.starts_with("removed"), "{seen:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["summary"] == format!("environment {name}"))
+    );
     srv.stop().await;
 }
 
