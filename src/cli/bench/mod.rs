@@ -16,6 +16,9 @@ use sandboxd::session::defaults;
 use tonic::transport::Channel;
 
 use super::AnyError;
+
+mod environments;
+
 type Client = SandboxClient<Channel>;
 
 /// Options of one run.
@@ -27,9 +30,12 @@ pub struct BenchArgs {
     /// Bytes the output-flood figure writes.
     #[arg(long, default_value_t = 1 << 30)]
     flood_bytes: u64,
-    /// Where to write the table.
+    /// Where to write the table (sections after it, `## ...`, are kept).
     #[arg(long, default_value = "BENCHMARKS.md")]
     out: PathBuf,
+    /// Samples of the environment figures (a cold build is measured once).
+    #[arg(long, default_value_t = 20)]
+    environment_samples: usize,
 }
 
 /// Pause before each round-trip sample (see `round_trip`).
@@ -93,6 +99,10 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     let local = sandboxd::local::Local::start("bench", pool_size, |c| {
         c.limits.max_file_bytes = 16 << 20;
         c.allowed_roots = vec![allowed];
+        c.allow_builds = true;
+        c.sandbox
+            .environment_pools
+            .insert(environments::NAME.to_string(), pool_size);
     })
     .await?;
     let (client, docker) = (local.client.clone(), Arc::clone(&local.docker));
@@ -128,14 +138,29 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         settle().await;
         flood(&client, args.flood_bytes, &mut rows, settle).await?;
         concurrency(&client, &mut rows, settle).await?;
+        settle().await;
+        environments::figures(
+            &client,
+            &registry,
+            pool_size,
+            args.environment_samples,
+            &mut rows,
+        )
+        .await?;
         Ok::<(), AnyError>(())
     }
     .await;
     local.stop().await?;
     result?;
 
-    let report = render(&rows);
+    let mut report = render(&rows);
     println!("{report}");
+    // Hand-written sections after the table stay.
+    if let Ok(old) = std::fs::read_to_string(&args.out)
+        && let Some(at) = old.find("\n## ")
+    {
+        report.push_str(&old[at..]);
+    }
     std::fs::write(&args.out, &report)?;
     eprintln!("written to {}", args.out.display());
     Ok(ExitCode::SUCCESS)
