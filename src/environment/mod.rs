@@ -60,6 +60,11 @@ pub const PROXY_VARIABLES: [&str; 10] = [
     "all_proxy",
 ];
 
+/// Repository of the base images given the build CA.
+const CA_LAYER_REPOSITORY: &str = "sandboxd-build-ca";
+/// Label of such an image: the base it stands in for.
+const CA_LAYER_LABEL: &str = "sandboxd.build-ca-for";
+
 /// Lines kept of the step that failed, for the error.
 const TAIL_LINES: usize = 20;
 
@@ -229,7 +234,7 @@ impl Environments {
         let mut base_ids = Vec::new();
         for base in &recipe.bases {
             match self.runtime.image_info(base).await? {
-                Some(info) => base_ids.push(info.id),
+                Some(info) => base_ids.push((base.clone(), info.id)),
                 None => {
                     return Err(Error::BaseMissing {
                         image: base.clone(),
@@ -238,7 +243,8 @@ impl Environments {
                 }
             }
         }
-        let key = recipe.key(&base_ids);
+        let ids: Vec<String> = base_ids.iter().map(|(_, id)| id.clone()).collect();
+        let key = recipe.key(&ids);
         let image = format!("{REPOSITORY_PREFIX}{}:{key}", req.name);
         let (tx, rx) = mpsc::channel(64);
         if let Some(info) = self.runtime.image_info(&image).await? {
@@ -272,6 +278,7 @@ impl Environments {
                         image: image.clone(),
                         key,
                         recipe,
+                        base_ids,
                         timeout,
                         progress,
                     };
@@ -302,18 +309,37 @@ impl Environments {
             image,
             key,
             recipe,
+            base_ids,
             timeout,
             progress,
         } = job;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let rebased = match &self.config.ca_cert {
+            Some(ca) => {
+                let layers = self.ca_layers(&base_ids, ca);
+                match tokio::time::timeout_at(deadline, layers).await {
+                    Ok(layers) => layers?,
+                    Err(_) => {
+                        return Err(Error::BuildTimedOut {
+                            limit: timeout,
+                            step: "while giving the base images the build CA".into(),
+                            ceiling: self.config.max_timeout,
+                        });
+                    }
+                }
+            }
+            None => BTreeMap::new(),
+        };
+        let packed = recipe.pack(&rebased)?;
         let image_labels = BTreeMap::from([
             (labels::NAME.to_string(), name.clone()),
             (labels::KEY.to_string(), key),
             (labels::BASE.to_string(), recipe.bases.join(" ")),
         ]);
         // The engine adds a step per label, after the recipe's own.
-        let hidden_steps = recipe.hidden_steps + image_labels.len() as u32;
+        let hidden_steps = packed.hidden_steps + image_labels.len() as u32;
         let spec = BuildSpec {
-            context: recipe.context,
+            context: packed.context,
             dockerfile: recipe::DOCKERFILE.to_string(),
             tag: image.clone(),
             labels: image_labels,
@@ -321,9 +347,8 @@ impl Environments {
         };
         tracing::info!(environment = %name, image = %image, "building an environment");
         let mut stream = self.runtime.build_image(spec).await?;
-        let deadline = tokio::time::Instant::now() + timeout;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let mut step = StepCount::new(&recipe.injected, hidden_steps);
+        let mut step = StepCount::new(&packed.injected, &packed.shown_as, hidden_steps);
         let mut tail: VecDeque<String> = VecDeque::new();
         let result = loop {
             let message = tokio::select! {
@@ -405,6 +430,56 @@ impl Environments {
             output_bytes: 0,
             output_truncated: false,
         })
+    }
+
+    /// The image standing in for each base: the base with the build CA in
+    /// a layer of its own, built once per base image and bundle.
+    async fn ca_layers(
+        &self,
+        bases: &[(String, String)],
+        ca: &[u8],
+    ) -> Result<BTreeMap<String, String>, Error> {
+        let mut rebased = BTreeMap::new();
+        for (base, id) in bases {
+            let layer = format!("{CA_LAYER_REPOSITORY}:{}", recipe::ca_layer_key(id, ca));
+            if self.runtime.image_info(&layer).await?.is_none() {
+                let spec = BuildSpec {
+                    context: recipe::ca_layer(base, ca)?,
+                    dockerfile: "Dockerfile".into(),
+                    tag: layer.clone(),
+                    labels: BTreeMap::from([(CA_LAYER_LABEL.to_string(), base.clone())]),
+                    args: BTreeMap::new(),
+                };
+                let mut stream = self.runtime.build_image(spec).await?;
+                let mut lines = Vec::new();
+                loop {
+                    match stream.next().await {
+                        Some(Ok(BuildMessage::Built(_))) => break,
+                        Some(Ok(BuildMessage::Line(l))) => lines.push(l),
+                        Some(Ok(BuildMessage::Step { .. })) => {}
+                        Some(Ok(BuildMessage::Failed(message))) => {
+                            return Err(Error::BuildFailed {
+                                step: String::new(),
+                                instruction: format!("giving {base} the build CA"),
+                                message,
+                                tail: lines,
+                            });
+                        }
+                        Some(Err(e)) => return Err(e.into()),
+                        None => {
+                            return Err(Error::BuildFailed {
+                                step: String::new(),
+                                instruction: format!("giving {base} the build CA"),
+                                message: "the engine ended the build without a result".into(),
+                                tail: lines,
+                            });
+                        }
+                    }
+                }
+            }
+            rebased.insert(base.clone(), layer);
+        }
+        Ok(rebased)
     }
 
     /// Names a finished build `NAME:latest` and reads it back.
@@ -492,6 +567,8 @@ struct Job {
     image: String,
     key: String,
     recipe: Recipe,
+    /// The recipe's base images and their ids.
+    base_ids: Vec<(String, String)>,
     timeout: Duration,
     progress: broadcast::Sender<Progress>,
 }
@@ -522,6 +599,7 @@ fn is_chatter(line: &str) -> bool {
 /// (the build CA) are not shown and not counted.
 struct StepCount<'a> {
     injected: &'a BTreeSet<String>,
+    shown_as: &'a BTreeMap<String, String>,
     hidden_total: u32,
     hidden_seen: u32,
     number: u32,
@@ -532,9 +610,14 @@ struct StepCount<'a> {
 }
 
 impl<'a> StepCount<'a> {
-    fn new(injected: &'a BTreeSet<String>, hidden_total: u32) -> Self {
+    fn new(
+        injected: &'a BTreeSet<String>,
+        shown_as: &'a BTreeMap<String, String>,
+        hidden_total: u32,
+    ) -> Self {
         StepCount {
             injected,
+            shown_as,
             hidden_total,
             hidden_seen: 0,
             number: 0,
@@ -551,6 +634,11 @@ impl<'a> StepCount<'a> {
             self.hidden_seen += 1;
             return None;
         }
+        let instruction = self
+            .shown_as
+            .get(&instruction)
+            .cloned()
+            .unwrap_or(instruction);
         self.number = number.saturating_sub(self.hidden_seen);
         self.total = total.saturating_sub(self.hidden_total);
         self.instruction = instruction.clone();
@@ -674,21 +762,22 @@ mod tests {
 
     #[test]
     fn added_steps_are_neither_shown_nor_counted() {
-        let injected: BTreeSet<String> = ["COPY ca x".to_string(), "ARG A=x".to_string()].into();
-        let mut s = StepCount::new(&injected, 2);
-        let first = s.next(1, 4, "FROM base".into());
-        assert!(matches!(
-            first,
+        let injected: BTreeSet<String> = ["ARG A=x".to_string(), "ARG B=x".to_string()].into();
+        let shown = BTreeMap::from([("FROM layer".to_string(), "FROM base".to_string())]);
+        // FROM, two ARGs, RUN, then the engine's label step.
+        let mut s = StepCount::new(&injected, &shown, 3);
+        match s.next(1, 5, "FROM layer".into()) {
             Some(Progress::Step {
                 number: 1,
                 total: 2,
-                ..
-            })
-        ));
-        assert!(s.next(2, 4, "COPY ca x".into()).is_none());
+                instruction,
+            }) => assert_eq!(instruction, "FROM base"),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.next(2, 5, "ARG A=x".into()).is_none());
         assert!(s.hidden);
-        assert!(s.next(3, 4, "ARG A=x".into()).is_none());
-        let last = s.next(4, 4, "RUN make".into());
+        assert!(s.next(3, 5, "ARG B=x".into()).is_none());
+        let last = s.next(4, 5, "RUN make".into());
         assert!(matches!(
             last,
             Some(Progress::Step {
@@ -697,6 +786,9 @@ mod tests {
                 ..
             })
         ));
+        assert!(!s.hidden);
+        assert_eq!(s.describe(), "2 of 2 (RUN make)");
+        assert!(s.next(5, 5, "LABEL sandboxd.recipe=abc".into()).is_none());
         assert_eq!(s.describe(), "2 of 2 (RUN make)");
     }
 }

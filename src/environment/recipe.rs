@@ -3,12 +3,16 @@
 //! packed again into one tar archive, the base images it names, and the
 //! hash that identifies what it builds.
 //!
-//! With a build CA, every stage is given it right after its `FROM`: the
-//! bundle is copied in and named by the variables package tools read
-//! (`SSL_CERT_FILE`, `PIP_CERT`, ...) as build arguments, which are not
-//! kept in the image's environment.
+//! With a build CA, each base image is first given the bundle in a layer of
+//! its own (see [`ca_layer`]), the Dockerfile's `FROM`s are pointed at those
+//! layers, and each stage names the bundle through the variables package
+//! tools read (`SSL_CERT_FILE`, `PIP_CERT`, ...) as build arguments, which
+//! are not kept in the image's environment. The caller's context never
+//! holds anything of sandboxd's that a `COPY .` could pick up: the
+//! Dockerfile sandboxd writes is listed in `.dockerignore`, which the
+//! engine honours for it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 
 use sha2::{Digest, Sha256};
@@ -17,8 +21,8 @@ use super::error::Error;
 
 /// Where the recipe's Dockerfile is put in the context.
 pub const DOCKERFILE: &str = ".sandboxd.Dockerfile";
-/// Where the build CA is put in the context.
-const CA_IN_CONTEXT: &str = ".sandboxd-build-ca.pem";
+/// The engine's ignore file, which it honours for the Dockerfile.
+const DOCKERIGNORE: &str = ".dockerignore";
 /// Where the build CA lands in each stage.
 pub const CA_PATH: &str = "/usr/local/share/sandboxd/build-ca.pem";
 /// Where a setup script lands in the image.
@@ -57,25 +61,41 @@ pub enum Source {
     },
 }
 
-/// A recipe ready for the engine.
+/// A recipe, checked.
 #[derive(Debug)]
 pub struct Recipe {
-    /// The context to send, holding [`DOCKERFILE`] (and the CA).
-    pub context: Vec<u8>,
+    /// The Dockerfile as the caller wrote it.
+    text: String,
+    /// Its `FROM`s.
+    froms: Vec<From>,
+    /// The context's entries.
+    entries: Vec<Entry>,
     /// Images the recipe builds on, in order of appearance.
     pub bases: Vec<String>,
+    /// Hash of the caller's recipe and context, and of the CA (the base
+    /// images' ids are added by the caller of [`Recipe::key`]).
+    digest: Sha256,
+    /// Whether build steps get a CA.
+    ca: bool,
+}
+
+/// A recipe packed for the engine.
+#[derive(Debug)]
+pub struct Packed {
+    /// The context to send, holding [`DOCKERFILE`].
+    pub context: Vec<u8>,
     /// Instructions sandboxd added, as the engine prints them.
     pub injected: BTreeSet<String>,
     /// How many steps the engine will count that the caller did not write.
     pub hidden_steps: u32,
-    /// Hash of the caller's recipe and context, and of the CA (the base
-    /// images' ids are added by the caller of [`Recipe::key`]).
-    digest: Sha256,
+    /// Instructions sandboxd rewrote, as the engine prints them, with the
+    /// caller's own words.
+    pub shown_as: BTreeMap<String, String>,
 }
 
 impl Recipe {
-    /// Checks and packs `source`. `default_base` is the base of a setup
-    /// script that names none; `ca` the bundle handed to build steps.
+    /// Checks `source`. `default_base` is the base of a setup script that
+    /// names none; `ca` the bundle handed to build steps.
     pub fn new(
         source: Source,
         default_base: &str,
@@ -122,43 +142,25 @@ impl Recipe {
             feed(&mut digest, e.link.as_bytes());
             feed(&mut digest, &e.data);
         }
-        let (dockerfile, injected) = match ca {
-            Some(ca) => {
-                digest.update(b"ca\0");
-                feed(&mut digest, ca);
-                inject_ca(&text, &froms)
-            }
-            None => (text.clone(), BTreeSet::new()),
-        };
-        let mut builder = tar::Builder::new(Vec::new());
-        for e in &entries {
-            append(&mut builder, e)?;
-        }
-        append(
-            &mut builder,
-            &Entry::file(DOCKERFILE, dockerfile.into_bytes()),
-        )?;
         if let Some(ca) = ca {
-            append(&mut builder, &Entry::file(CA_IN_CONTEXT, ca.to_vec()))?;
+            digest.update(b"ca\0");
+            feed(&mut digest, ca);
         }
-        let context = builder
-            .into_inner()
-            .map_err(|e| Error::InvalidContext(e.to_string()))?;
-        let hidden_steps = (froms.len() * injected.len()) as u32;
         let mut bases = Vec::new();
-        for from in froms {
-            if let Some(image) = from.image
-                && !bases.contains(&image)
+        for from in &froms {
+            if let Some(image) = &from.image
+                && !bases.contains(image)
             {
-                bases.push(image);
+                bases.push(image.clone());
             }
         }
         Ok(Recipe {
-            context,
+            text,
+            froms,
+            entries,
             bases,
-            injected,
-            hidden_steps,
             digest,
+            ca: ca.is_some(),
         })
     }
 
@@ -172,6 +174,73 @@ impl Recipe {
         }
         hex::encode(digest.finalize())[..12].to_string()
     }
+
+    /// The context to send. `rebased` maps base images to the images that
+    /// stand in for them (their CA layers).
+    pub fn pack(&self, rebased: &BTreeMap<String, String>) -> Result<Packed, Error> {
+        let (dockerfile, injected, shown_as) = if self.ca {
+            rebase(&self.text, &self.froms, rebased)
+        } else {
+            (self.text.clone(), BTreeSet::new(), BTreeMap::new())
+        };
+        let hidden_steps = (self.froms.len() * injected.len()) as u32;
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut ignored = false;
+        for e in &self.entries {
+            if e.path == DOCKERIGNORE && e.kind == b'f' {
+                // The engine reads the Dockerfile, then drops it from the
+                // context if this lists it.
+                let mut data = e.data.clone();
+                data.extend_from_slice(format!("\n{DOCKERFILE}\n").as_bytes());
+                append(&mut builder, &Entry::file(DOCKERIGNORE, data))?;
+                ignored = true;
+            } else {
+                append(&mut builder, e)?;
+            }
+        }
+        if !ignored {
+            let data = format!("{DOCKERIGNORE}\n{DOCKERFILE}\n").into_bytes();
+            append(&mut builder, &Entry::file(DOCKERIGNORE, data))?;
+        }
+        append(
+            &mut builder,
+            &Entry::file(DOCKERFILE, dockerfile.into_bytes()),
+        )?;
+        let context = builder
+            .into_inner()
+            .map_err(|e| Error::InvalidContext(e.to_string()))?;
+        Ok(Packed {
+            context,
+            injected,
+            hidden_steps,
+            shown_as,
+        })
+    }
+}
+
+/// The recipe of a base image's CA layer: the base with the bundle in it.
+/// Returns the context (holding `Dockerfile`) to build.
+pub fn ca_layer(base: &str, ca: &[u8]) -> Result<Vec<u8>, Error> {
+    check_reference(base)?;
+    let mut builder = tar::Builder::new(Vec::new());
+    let dockerfile = format!("FROM {base}\nCOPY build-ca.pem {CA_PATH}\n");
+    append(
+        &mut builder,
+        &Entry::file("Dockerfile", dockerfile.into_bytes()),
+    )?;
+    append(&mut builder, &Entry::file("build-ca.pem", ca.to_vec()))?;
+    builder
+        .into_inner()
+        .map_err(|e| Error::InvalidContext(e.to_string()))
+}
+
+/// The key of a base's CA layer: the base image's id and the bundle.
+pub fn ca_layer_key(base_id: &str, ca: &[u8]) -> String {
+    let mut digest = Sha256::new();
+    digest.update(b"sandboxd-build-ca-v1\0");
+    feed(&mut digest, base_id.as_bytes());
+    feed(&mut digest, ca);
+    hex::encode(digest.finalize())[..12].to_string()
 }
 
 fn feed(digest: &mut Sha256, bytes: &[u8]) {
@@ -287,7 +356,7 @@ fn read_context(context: &[u8]) -> Result<Vec<Entry>, Error> {
                 "paths must be relative and stay inside the context",
             ));
         }
-        if path == DOCKERFILE || path == CA_IN_CONTEXT {
+        if path == DOCKERFILE {
             return Err(bad(&path, "this name is reserved for sandboxd"));
         }
         if !seen.insert(path.clone()) {
@@ -346,12 +415,14 @@ fn read_context(context: &[u8]) -> Result<Vec<Entry>, Error> {
     Ok(entries)
 }
 
-/// A `FROM` of the Dockerfile: the physical line it ends on, and the image
-/// it names (`None` for an earlier stage or `scratch`).
+/// A `FROM` of the Dockerfile: the physical lines it spans, the image it
+/// names (`None` for an earlier stage or `scratch`), and its words.
 #[derive(Debug, PartialEq)]
 struct From {
+    first_line: usize,
     last_line: usize,
     image: Option<String>,
+    words: Vec<String>,
 }
 
 /// The Dockerfile's `FROM` instructions, honouring line continuations, the
@@ -369,10 +440,14 @@ fn froms(text: &str) -> Result<Vec<From>, Error> {
     let mut out = Vec::new();
     let mut stages = BTreeSet::new();
     let mut logical = String::new();
+    let mut first_line = 0;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         if logical.is_empty() && (trimmed.starts_with('#') || trimmed.is_empty()) {
             continue;
+        }
+        if logical.is_empty() {
+            first_line = i;
         }
         if let Some(body) = trimmed.strip_suffix(escape) {
             logical.push_str(body);
@@ -381,7 +456,8 @@ fn froms(text: &str) -> Result<Vec<From>, Error> {
         }
         logical.push_str(trimmed);
         let instruction = std::mem::take(&mut logical);
-        let mut words = instruction.split_whitespace();
+        let all: Vec<String> = instruction.split_whitespace().map(str::to_string).collect();
+        let mut words = all.iter().map(String::as_str);
         if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")) {
             continue;
         }
@@ -410,8 +486,10 @@ fn froms(text: &str) -> Result<Vec<From>, Error> {
             stages.insert(name.to_lowercase());
         }
         out.push(From {
+            first_line,
             last_line: i,
             image: base,
+            words: all,
         });
     }
     Ok(out)
@@ -433,24 +511,60 @@ fn check_reference(image: &str) -> Result<(), Error> {
     }
 }
 
-/// The Dockerfile with the CA given to every stage, and the instructions
-/// added (as the engine will print them, to hide them from the caller).
-fn inject_ca(text: &str, froms: &[From]) -> (String, BTreeSet<String>) {
-    let mut added = vec![format!("COPY {CA_IN_CONTEXT} {CA_PATH}")];
-    added.extend(CA_VARIABLES.iter().map(|v| format!("ARG {v}={CA_PATH}")));
-    let after: BTreeSet<usize> = froms.iter().map(|f| f.last_line).collect();
-    let mut out = String::with_capacity(text.len() + 512);
-    for (i, line) in text.lines().enumerate() {
-        out.push_str(line);
-        out.push('\n');
-        if after.contains(&i) {
-            for a in &added {
-                out.push_str(a);
-                out.push('\n');
+/// The Dockerfile with every `FROM` of a base pointed at the image
+/// standing in for it (written on one line), and each stage naming the CA
+/// as build arguments. Returns it, the instructions added and the rewritten
+/// ones (as the engine prints them, with the caller's own words).
+fn rebase(
+    text: &str,
+    froms: &[From],
+    rebased: &BTreeMap<String, String>,
+) -> (String, BTreeSet<String>, BTreeMap<String, String>) {
+    let added: Vec<String> = CA_VARIABLES
+        .iter()
+        .map(|v| format!("ARG {v}={CA_PATH}"))
+        .collect();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::with_capacity(text.len() + 1024);
+    let mut shown_as = BTreeMap::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(from) = froms.iter().find(|f| f.first_line == i) else {
+            out.push_str(lines[i]);
+            out.push('\n');
+            i += 1;
+            continue;
+        };
+        let original = from.words.join(" ");
+        let written = match from.image.as_ref().and_then(|b| rebased.get(b)) {
+            Some(stand_in) => {
+                let words: Vec<&str> = from
+                    .words
+                    .iter()
+                    .map(|w| {
+                        if Some(w) == from.image.as_ref() {
+                            stand_in.as_str()
+                        } else {
+                            w.as_str()
+                        }
+                    })
+                    .collect();
+                words.join(" ")
             }
+            None => original.clone(),
+        };
+        if written != original {
+            shown_as.insert(written.clone(), original);
         }
+        out.push_str(&written);
+        out.push('\n');
+        for a in &added {
+            out.push_str(a);
+            out.push('\n');
+        }
+        i = from.last_line + 1;
     }
-    (out, added.into_iter().collect())
+    (out, added.into_iter().collect(), shown_as)
 }
 
 #[cfg(test)]
@@ -470,7 +584,7 @@ mod tests {
     }
 
     /// Paths and contents of a packed context, in order.
-    fn packed(context: &[u8]) -> Vec<(String, String)> {
+    fn packed_entries(context: &[u8]) -> Vec<(String, String)> {
         let mut archive = tar::Archive::new(context);
         archive
             .entries()
@@ -495,26 +609,23 @@ mod tests {
     #[test]
     fn froms_skip_stages_flags_comments_and_follow_continuations() {
         let text = "# escape=\\\n# a comment\nFROM --platform=linux/amd64 \\\n  base:1 AS build\nRUN x\nfrom build\nFROM scratch\nFROM other\n";
-        let f = froms(text).unwrap();
+        let f: Vec<(usize, usize, Option<String>, String)> = froms(text)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.first_line, f.last_line, f.image, f.words.join(" ")))
+            .collect();
         assert_eq!(
             f,
             vec![
-                From {
-                    last_line: 3,
-                    image: Some("base:1".into())
-                },
-                From {
-                    last_line: 5,
-                    image: None
-                },
-                From {
-                    last_line: 6,
-                    image: None
-                },
-                From {
-                    last_line: 7,
-                    image: Some("other".into())
-                },
+                (
+                    2,
+                    3,
+                    Some("base:1".into()),
+                    "FROM --platform=linux/amd64 base:1 AS build".into()
+                ),
+                (5, 5, None, "from build".into()),
+                (6, 6, None, "FROM scratch".into()),
+                (7, 7, Some("other".into()), "FROM other".into()),
             ]
         );
         assert!(matches!(
@@ -567,35 +678,88 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r.bases, vec!["sandboxd-default:latest".to_string()]);
-        let entries = packed(&r.context);
+        let packed = r.pack(&BTreeMap::new()).unwrap();
+        let entries = packed_entries(&packed.context);
         let names: Vec<&str> = entries.iter().map(|e| e.0.as_str()).collect();
-        assert_eq!(names, vec!["setup.sh", DOCKERFILE]);
-        let df = &entries[1].1;
+        assert_eq!(names, vec!["setup.sh", DOCKERIGNORE, DOCKERFILE]);
+        let df = &entries[2].1;
         assert!(df.starts_with("FROM sandboxd-default:latest\nCOPY setup.sh "));
+        assert!(packed.injected.is_empty() && packed.hidden_steps == 0);
     }
 
     #[test]
-    fn the_ca_is_given_to_every_stage_and_changes_the_key() {
-        let text = "FROM a AS one\nRUN x\nFROM b\nRUN y\n";
+    fn sandboxds_dockerfile_is_never_copied_by_copy_dot() {
+        let mine = Recipe::new(
+            dockerfile("FROM a\nCOPY . /x\n", tar_of(&[(".dockerignore", "*.env")])),
+            "d",
+            None,
+            1 << 20,
+        )
+        .unwrap();
+        let entries = packed_entries(&mine.pack(&BTreeMap::new()).unwrap().context);
+        assert_eq!(
+            entries[0],
+            (".dockerignore".into(), format!("*.env\n{DOCKERFILE}\n"))
+        );
+        let none = Recipe::new(dockerfile("FROM a\n", Vec::new()), "d", None, 1 << 20).unwrap();
+        let entries = packed_entries(&none.pack(&BTreeMap::new()).unwrap().context);
+        assert_eq!(
+            entries[0],
+            (
+                ".dockerignore".into(),
+                format!(".dockerignore\n{DOCKERFILE}\n")
+            )
+        );
+    }
+
+    #[test]
+    fn with_a_ca_every_base_is_rebased_and_every_stage_names_it() {
+        let text = "FROM a AS one\nRUN x\nFROM --platform=p \\\n  b\nRUN y\nFROM one\n";
         let plain = Recipe::new(dockerfile(text, Vec::new()), "d", None, 1 << 20).unwrap();
         let with = Recipe::new(dockerfile(text, Vec::new()), "d", Some(b"CA"), 1 << 20).unwrap();
         assert_ne!(plain.key(&[]), with.key(&[]));
-        let entries = read_context(&with.context).unwrap_err();
-        // The packed context holds the reserved names: reading it as a
-        // caller's context refuses them.
-        assert!(entries.to_string().contains("reserved"), "{entries}");
-        let mut archive = tar::Archive::new(&with.context[..]);
-        let mut df = String::new();
-        for e in archive.entries().unwrap() {
-            let mut e = e.unwrap();
-            if e.path().unwrap().to_str() == Some(DOCKERFILE) {
-                e.read_to_string(&mut df).unwrap();
-            }
-        }
-        assert_eq!(df.matches("COPY .sandboxd-build-ca.pem").count(), 2);
-        assert!(df.contains("FROM b\nCOPY .sandboxd-build-ca.pem"));
-        assert!(df.contains("ARG CARGO_HTTP_CAINFO=/usr/local/share/sandboxd/build-ca.pem\nRUN y"));
-        assert_eq!(with.injected.len(), 1 + CA_VARIABLES.len());
+        let rebased = BTreeMap::from([
+            ("a".to_string(), "layer-a".to_string()),
+            ("b".to_string(), "layer-b".to_string()),
+        ]);
+        let packed = with.pack(&rebased).unwrap();
+        let df = packed_entries(&packed.context)
+            .into_iter()
+            .find(|e| e.0 == DOCKERFILE)
+            .unwrap()
+            .1;
+        let args: String = CA_VARIABLES
+            .iter()
+            .map(|v| format!("ARG {v}={CA_PATH}\n"))
+            .collect();
+        assert_eq!(
+            df,
+            format!(
+                "FROM layer-a AS one\n{args}RUN x\nFROM --platform=p layer-b\n{args}RUN y\nFROM one\n{args}"
+            )
+        );
+        assert_eq!(packed.injected.len(), CA_VARIABLES.len());
+        assert_eq!(packed.hidden_steps, 3 * CA_VARIABLES.len() as u32);
+        assert_eq!(
+            packed
+                .shown_as
+                .get("FROM --platform=p layer-b")
+                .map(String::as_str),
+            Some("FROM --platform=p b")
+        );
+        // The bundle is not in the caller's context: it is in the layers.
+        assert!(!packed_entries(&packed.context).iter().any(|e| e.1 == "CA"));
+        let layer = packed_entries(&ca_layer("a", b"CA").unwrap());
+        assert_eq!(layer[0].1, format!("FROM a\nCOPY build-ca.pem {CA_PATH}\n"));
+        assert_eq!(layer[1], ("build-ca.pem".into(), "CA".into()));
+        assert_ne!(
+            ca_layer_key("sha256:1", b"CA"),
+            ca_layer_key("sha256:2", b"CA")
+        );
+        assert_ne!(
+            ca_layer_key("sha256:1", b"CA"),
+            ca_layer_key("sha256:1", b"CB")
+        );
     }
 
     #[test]
