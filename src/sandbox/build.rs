@@ -76,7 +76,19 @@ pub fn split_stream(partial: &mut String, chunk: &str, out: &mut Vec<BuildMessag
         let line: String = partial.drain(..=end).collect();
         out.push(parse_line(line.trim_end_matches(['\n', '\r'])));
     }
+    // A step printing without newlines must not grow one line without end.
+    if partial.len() > MAX_LINE_BYTES {
+        let mut cut = MAX_LINE_BYTES;
+        while !partial.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let line: String = partial.drain(..cut).collect();
+        out.push(BuildMessage::Line(strip_ansi(&line)));
+    }
 }
+
+/// Bytes of build output held before a line is passed on unfinished.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
 
 /// One whole line of the classic builder's output.
 fn parse_line(line: &str) -> BuildMessage {
@@ -148,5 +160,22 @@ mod tests {
             ]
         );
         assert!(partial.is_empty());
+    }
+
+    #[test]
+    fn output_without_newlines_is_cut_into_bounded_lines() {
+        let mut partial = String::new();
+        let mut out = Vec::new();
+        for _ in 0..100 {
+            split_stream(&mut partial, &"é".repeat(1000), &mut out);
+            assert!(partial.len() <= MAX_LINE_BYTES + 2000);
+        }
+        assert!(out.len() >= 10, "{}", out.len());
+        for m in &out {
+            let BuildMessage::Line(l) = m else {
+                panic!("{m:?}")
+            };
+            assert!(l.len() <= MAX_LINE_BYTES && l.chars().all(|c| c == 'é'));
+        }
     }
 }

@@ -303,6 +303,25 @@ impl Runtime for DockerRuntime {
 
     async fn start_container(&self, spec: &ContainerSpec) -> Result<String, Error> {
         let docker = self.client().await?;
+        // Paths the image declares as volumes would get anonymous volumes,
+        // writable places outside the workspace's quota: each gets a tmpfs
+        // of /tmp's size instead.
+        let declared: Vec<String> = docker
+            .inspect_image(&spec.image)
+            .await
+            .map_err(|e| classify(Error::StartContainer, e))?
+            .config
+            .and_then(|c| c.volumes)
+            .unwrap_or_default();
+        let mut tmpfs = HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
+        )]);
+        for path in declared {
+            tmpfs
+                .entry(path)
+                .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));
+        }
         let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
         let mut binds = vec![format!("{}:/workspace:rw", spec.workspace.display())];
         if let Some(binary) = &spec.supervisor {
@@ -333,10 +352,7 @@ impl Runtime for DockerRuntime {
             }),
             security_opt: Some(vec!["no-new-privileges".into()]),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([(
-                "/tmp".to_string(),
-                format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
-            )])),
+            tmpfs: Some(tmpfs),
             memory: Some(memory),
             // No swap beyond the memory limit.
             memory_swap: Some(memory),
@@ -348,10 +364,20 @@ impl Runtime for DockerRuntime {
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
-            // With the supervisor mounted, the image needs nothing but `sh`.
-            cmd: Some(match spec.supervisor {
+            // The container's own process is ours, whatever the image's
+            // ENTRYPOINT and CMD say (an explicit entrypoint drops the
+            // image's CMD). With the supervisor mounted, the image needs
+            // nothing but `sh`.
+            entrypoint: Some(match spec.supervisor {
                 Some(_) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
                 None => vec!["sleep".into(), "infinity".into()],
+            }),
+            cmd: Some(Vec::new()),
+            // An image's HEALTHCHECK would run a command of its own in the
+            // sandbox, unasked, every few seconds.
+            healthcheck: Some(bollard::models::HealthConfig {
+                test: Some(vec!["NONE".into()]),
+                ..Default::default()
             }),
             // With a supervisor, the container's own processes (init and
             // the idle keeper) run as root so that the supervisor exec may

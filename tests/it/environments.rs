@@ -897,3 +897,63 @@ async fn the_cli_builds_lists_uses_and_removes_environments() {
     }
     srv.stop().await;
 }
+
+/// A recipe cannot loosen its sessions' sandbox through the image's own
+/// settings: its ENTRYPOINT and CMD never run, its HEALTHCHECK never runs,
+/// its USER and WORKDIR do not apply, and a VOLUME it declares is a
+/// size-limited tmpfs, never an anonymous volume outside the quota.
+#[tokio::test]
+async fn an_environments_image_settings_do_not_loosen_its_sessions() {
+    let srv = builder_server(|c| c.sandbox.tmp_bytes = 8 << 20).await;
+    let name = unique("settings");
+    let recipe = "FROM sandboxd-default:latest\n\
+                  ENTRYPOINT [\"/bin/sh\", \"-c\", \"touch /workspace/entrypoint-ran; exec sleep infinity\"]\n\
+                  CMD [\"ignored\"]\n\
+                  HEALTHCHECK --interval=1s CMD touch /workspace/healthcheck-ran\n\
+                  VOLUME /data\n\
+                  USER root\n\
+                  WORKDIR /opt\n";
+    build(&srv, dockerfile(&name, recipe)).await.unwrap();
+    let s = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            environment: name.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "id -u; pwd; ls -A /workspace; grep ' /data ' /proc/mounts | cut -d' ' -f3,4; \
+         (head -c 20000000 /dev/zero > /data/big) 2>&1 | tail -1; echo end",
+        30_000,
+    )
+    .await;
+    let out = ran.stdout();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1000", "{out}");
+    assert_eq!(lines[1], "/workspace", "{out}");
+    assert!(lines[2].starts_with("tmpfs rw,nosuid,nodev"), "{out}");
+    assert!(lines[2].contains("size=8192k"), "{out}");
+    assert!(out.contains("No space left on device"), "{out}");
+    assert_eq!(lines.last(), Some(&"end"));
+    let inspect = Command::new("docker")
+        .args(["inspect", "-f", "{{json .Mounts}}", &s.container_id])
+        .output()
+        .unwrap();
+    let mounts = String::from_utf8_lossy(&inspect.stdout);
+    assert!(!mounts.contains("\"Type\":\"volume\""), "{mounts}");
+    srv.client
+        .clone()
+        .close_session(pb::CloseSessionRequest {
+            session_id: s.session_id,
+        })
+        .await
+        .unwrap();
+    delete(&srv, &name).await.unwrap();
+    srv.stop().await;
+}
