@@ -220,6 +220,11 @@ pub struct ServeArgs {
     #[arg(long, env = "SANDBOXD_MAX_BUILD_CONTEXT_BYTES", default_value_t = defaults::BUILD_CONTEXT_BYTES,
           value_parser = clap::value_parser!(u64).range(1..=defaults::MAX_BUILD_CONTEXT_BYTES))]
     max_build_context_bytes: u64,
+    /// Environment builds that run at once; more wait for a turn (within
+    /// their time limit).
+    #[arg(long, env = "SANDBOXD_MAX_BUILDS", default_value_t = defaults::MAX_RUNNING_BUILDS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_builds: u64,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -301,6 +306,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.builds.timeout = Duration::from_secs(args.build_timeout);
     config.builds.max_timeout = Duration::from_secs(args.max_build_timeout);
     config.builds.max_context_bytes = args.max_build_context_bytes;
+    config.builds.max_running = usize::try_from(args.max_builds).unwrap_or(usize::MAX);
     if let Some(path) = &args.build_ca_cert {
         let pem = std::fs::read(path)
             .map_err(|e| format!("cannot read the build CA {}: {e}", path.display()))?;

@@ -85,6 +85,9 @@ pub struct BuildConfig {
     pub max_context_bytes: u64,
     /// Bytes of build output streamed to a caller unless it asks otherwise.
     pub output_cap: u64,
+    /// Builds that run at once; more wait for a turn (within their time
+    /// limit).
+    pub max_running: usize,
     /// The most a caller may ask for.
     pub max_output_cap: u64,
 }
@@ -166,6 +169,8 @@ pub struct Environments {
     config: BuildConfig,
     /// Builds running, by image reference.
     running: Mutex<HashMap<String, Arc<Running>>>,
+    /// Turns to run a build.
+    turns: tokio::sync::Semaphore,
 }
 
 /// One running build, shared by every caller that asked for it.
@@ -204,6 +209,7 @@ impl Environments {
     pub fn new(runtime: Arc<dyn Runtime>, config: BuildConfig) -> Environments {
         Environments {
             runtime,
+            turns: tokio::sync::Semaphore::new(config.max_running.max(1)),
             config,
             running: Mutex::new(HashMap::new()),
         }
@@ -314,6 +320,13 @@ impl Environments {
             progress,
         } = job;
         let deadline = tokio::time::Instant::now() + timeout;
+        let Ok(Ok(_turn)) = tokio::time::timeout_at(deadline, self.turns.acquire()).await else {
+            return Err(Error::BuildTimedOut {
+                limit: timeout,
+                step: "while waiting for other builds to finish".into(),
+                ceiling: self.config.max_timeout,
+            });
+        };
         let rebased = match &self.config.ca_cert {
             Some(ca) => {
                 let layers = self.ca_layers(&base_ids, ca);
@@ -534,10 +547,37 @@ impl Environments {
     pub async fn delete(&self, name: &str) -> Result<Environment, Error> {
         let env = self.resolve(name).await?;
         let prefix = format!("{REPOSITORY_PREFIX}{name}:");
-        let images = self.runtime.list_images(Some(labels::NAME)).await?;
+        let images: Vec<ImageInfo> = self
+            .runtime
+            .list_images(Some(labels::NAME))
+            .await?
+            .into_iter()
+            .filter(|i| i.labels.get(labels::NAME).map(String::as_str) == Some(name))
+            .collect();
+        // The engine would take the names of an image a container still
+        // uses and keep the image, nameless: refuse while nothing changed.
+        for image in &images {
+            let users = self.runtime.containers_of_image(&image.id).await?;
+            if !users.is_empty() {
+                return Err(Error::Engine(Arc::new(crate::sandbox::Error::ImageInUse {
+                    image: image
+                        .tags
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| image.id.clone()),
+                    why: format!(
+                        "container {} was made from it",
+                        users
+                            .iter()
+                            .map(|c| &c[..c.len().min(12)])
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                })));
+            }
+        }
         let mut tags: Vec<String> = images
             .iter()
-            .filter(|i| i.labels.get(labels::NAME).map(String::as_str) == Some(name))
             .flat_map(|i| i.tags.iter().filter(|t| t.starts_with(&prefix)).cloned())
             .collect();
         // The name goes last, so a refusal leaves it working.

@@ -566,6 +566,20 @@ impl Runtime for DockerRuntime {
             .map_err(|e| classify(Error::Images, e))
     }
 
+    async fn containers_of_image(&self, image: &str) -> Result<Vec<String>, Error> {
+        let docker = self.client().await?;
+        let filters = HashMap::from([("ancestor", vec![image.to_string()])]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| classify(Error::ListContainers, e))?;
+        Ok(containers.into_iter().filter_map(|c| c.id).collect())
+    }
+
     async fn remove_image(&self, reference: &str) -> Result<(), Error> {
         let options = RemoveImageOptionsBuilder::new()
             .force(false)

@@ -245,8 +245,13 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn tag_image(&self, _image: &str, _reference: &str) -> Result<(), Error> {
         Err(build::unsupported("tag images"))
     }
-    /// Removes the name `reference`, and the image with its last name. An
-    /// image a container uses is kept ([`Error::ImageInUse`]); a missing
+    /// Ids of the containers (running or not) made from `image` (an id).
+    async fn containers_of_image(&self, _image: &str) -> Result<Vec<String>, Error> {
+        Err(build::unsupported("list containers by image"))
+    }
+    /// Removes the name `reference`, and the image with its last name,
+    /// unless a container still uses it: the engine then keeps the image,
+    /// nameless (check [`Runtime::containers_of_image`] first). A missing
     /// name is not an error.
     async fn remove_image(&self, _reference: &str) -> Result<(), Error> {
         Err(build::unsupported("remove images"))

@@ -173,6 +173,7 @@ impl Config {
                 max_context_bytes: defaults::BUILD_CONTEXT_BYTES,
                 output_cap: defaults::BUILD_OUTPUT_CAP,
                 max_output_cap: defaults::MAX_BUILD_OUTPUT_CAP,
+                max_running: defaults::MAX_RUNNING_BUILDS as usize,
             },
         }
     }

@@ -59,6 +59,8 @@ pub const MAX_BUILD_CONTEXT_BYTES: u64 = 15 << 20;
 pub const BUILD_OUTPUT_CAP: u64 = 64 << 10;
 /// Ceiling on a build's requested output cap.
 pub const MAX_BUILD_OUTPUT_CAP: u64 = 4 << 20;
+/// Environment builds that run at once; more wait for a turn.
+pub const MAX_RUNNING_BUILDS: u64 = 2;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

@@ -131,6 +131,12 @@ impl Pool {
             {
                 continue;
             }
+            // Paused or closed while this fill reserved its place: whoever
+            // did it may have found no fill in flight and gone on.
+            if self.closed.load(Ordering::SeqCst) || self.paused.load(Ordering::SeqCst) {
+                self.filling.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
             let (pool, config, runtime, locks, volumes, image) = (
                 Arc::clone(self),
                 Arc::clone(config),

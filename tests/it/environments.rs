@@ -957,3 +957,86 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     delete(&srv, &name).await.unwrap();
     srv.stop().await;
 }
+
+/// Builds past the operator's number wait their turn, within their own time
+/// limit; a deletion is refused while any container (not only a session's)
+/// still uses the environment's image, and changes nothing.
+#[tokio::test]
+async fn builds_wait_their_turn_and_a_used_image_is_never_orphaned() {
+    let srv = builder_server(|c| c.builds.max_running = 1).await;
+    let (first, second, third) = (unique("turn"), unique("turn"), unique("turn"));
+    let marker = unique("long");
+    let mut long = srv
+        .client
+        .clone()
+        .build_environment(dockerfile(
+            &first,
+            &format!("FROM sandboxd-default:latest\nRUN echo {marker} && sleep 4\n"),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let ev = long.message().await.unwrap().unwrap();
+        if matches!(&ev.event, Some(Event::Output(o)) if o.text.contains(&marker)) {
+            break;
+        }
+    }
+    let impatient = build(
+        &srv,
+        pb::BuildEnvironmentRequest {
+            timeout_seconds: 1,
+            ..dockerfile(&second, "FROM sandboxd-default:latest\nRUN true\n")
+        },
+    )
+    .await
+    .unwrap_err()
+    .0;
+    assert_eq!(reason(&impatient), "BUILD_TIMED_OUT", "{impatient:?}");
+    assert!(
+        impatient.message().contains("waiting for other builds"),
+        "{}",
+        impatient.message()
+    );
+    let waited = build(
+        &srv,
+        dockerfile(&third, "FROM sandboxd-default:latest\nRUN true\n"),
+    );
+    let (waited, first_done) = tokio::join!(waited, async {
+        while let Some(ev) = long.message().await.unwrap() {
+            if let Some(Event::Done(d)) = ev.event {
+                return (d, Instant::now());
+            }
+        }
+        panic!("the long build ended without done")
+    });
+    let waited = waited.unwrap();
+    assert!(!waited.done().cached);
+    let env = first_done.0.environment.unwrap();
+
+    // A container the service does not know uses the image.
+    let stray = Command::new("docker")
+        .args(["run", "-d", "--network", "none", "--label"])
+        .arg(format!("sandboxd.service={}", srv.service))
+        .args([&env.image, "sleep", "60"])
+        .output()
+        .unwrap();
+    assert!(stray.status.success(), "{stray:?}");
+    let stray = String::from_utf8_lossy(&stray.stdout).trim().to_string();
+    let refused = delete(&srv, &first).await.unwrap_err();
+    assert_eq!(reason(&refused), "ENVIRONMENT_IN_USE", "{refused:?}");
+    assert!(
+        refused.message().contains(&stray[..12]),
+        "{}",
+        refused.message()
+    );
+    assert!(image_exists(&env.image) && image_exists(&format!("sandboxd-env/{first}:latest")));
+    Command::new("docker")
+        .args(["rm", "-f", &stray])
+        .output()
+        .unwrap();
+    delete(&srv, &first).await.unwrap();
+    assert!(!image_exists(&env.image_id));
+    delete(&srv, &third).await.unwrap();
+    srv.stop().await;
+}
