@@ -527,11 +527,11 @@ impl Environments {
         check_name(name)?;
         match self.runtime.image_info(&latest(name)).await? {
             Some(info) => {
-                let env = environment_of(name, &info);
-                // A name pointing at a build whose own tag is gone (an
-                // interrupted delete) gets it back.
+                let mut env = environment_of(name, &info);
+                // Its own name gone (a deletion under way, or cut short):
+                // the image itself still serves.
                 if !info.tags.contains(&env.image) {
-                    self.runtime.tag_image(&info.id, &env.image).await?;
+                    env.image = info.id.clone();
                 }
                 Ok(env)
             }
@@ -542,10 +542,11 @@ impl Environments {
         }
     }
 
-    /// Removes every build of `name`. The caller has checked that no
-    /// session uses it; the engine still refuses an image a container uses.
+    /// Removes every build of `name` (also what a deletion cut short left).
+    /// The caller has checked that no session uses it; it is refused while
+    /// any container uses one of its images.
     pub async fn delete(&self, name: &str) -> Result<Environment, Error> {
-        let env = self.resolve(name).await?;
+        check_name(name)?;
         let prefix = format!("{REPOSITORY_PREFIX}{name}:");
         let images: Vec<ImageInfo> = self
             .runtime
@@ -554,6 +555,17 @@ impl Environments {
             .into_iter()
             .filter(|i| i.labels.get(labels::NAME).map(String::as_str) == Some(name))
             .collect();
+        let Some(current) = images
+            .iter()
+            .find(|i| i.tags.contains(&latest(name)))
+            .or(images.first())
+        else {
+            return Err(Error::NotFound {
+                name: name.to_string(),
+                known: self.list().await?.into_iter().map(|e| e.name).collect(),
+            });
+        };
+        let env = environment_of(name, current);
         // The engine would take the names of an image a container still
         // uses and keep the image, nameless: refuse while nothing changed.
         for image in &images {
@@ -580,8 +592,9 @@ impl Environments {
             .iter()
             .flat_map(|i| i.tags.iter().filter(|t| t.starts_with(&prefix)).cloned())
             .collect();
-        // The name goes last, so a refusal leaves it working.
-        tags.sort_by_key(|t| *t == latest(name));
+        // The name goes first: no session starts over it from then on (a
+        // deletion cut short is finished by the next one).
+        tags.sort_by_key(|t| *t != latest(name));
         for tag in tags {
             self.runtime.remove_image(&tag).await?;
         }
