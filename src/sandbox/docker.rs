@@ -194,6 +194,24 @@ impl DockerRuntime {
 }
 
 impl DockerRuntime {
+    /// Every container, running or not, matching one engine filter.
+    async fn containers(
+        &self,
+        filter: &str,
+        value: String,
+    ) -> Result<Vec<bollard::models::ContainerSummary>, Error> {
+        let filters = HashMap::from([(filter, vec![value])]);
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        self.client()
+            .await?
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| classify(Error::ListContainers, e))
+    }
+
     /// Creates and starts an attached exec; stdin is attached only if asked
     /// (otherwise the process reads /dev/null).
     async fn exec(
@@ -567,16 +585,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn containers_of_image(&self, image: &str) -> Result<Vec<String>, Error> {
-        let docker = self.client().await?;
-        let filters = HashMap::from([("ancestor", vec![image.to_string()])]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| classify(Error::ListContainers, e))?;
+        let containers = self.containers("ancestor", image.to_string()).await?;
         Ok(containers.into_iter().filter_map(|c| c.id).collect())
     }
 
@@ -611,16 +620,7 @@ impl Runtime for DockerRuntime {
         keep_label: &str,
         keep_value: &str,
     ) -> Result<usize, Error> {
-        let docker = self.client().await?;
-        let filters = HashMap::from([("label", vec![format!("{label}={value}")])]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| classify(Error::ListContainers, e))?;
+        let containers = self.containers("label", format!("{label}={value}")).await?;
         let mut removed = 0;
         for c in containers {
             let keep = c

@@ -187,17 +187,7 @@ async fn a_pytest_environment_is_built_with_apt_and_runs_offline() {
         "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n",
     )
     .unwrap();
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            environment: name.clone(),
-            workspace_path: repo.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = env_session(&srv, &name, Some(&repo)).await;
     assert_eq!(s.environment, name);
     assert_eq!(s.image, env.image);
     let red = run(&srv.client, &s.session_id, "python3 -m pytest -q", 60_000).await;
@@ -258,13 +248,7 @@ async fn a_pytest_environment_is_built_with_apt_and_runs_offline() {
     assert!(in_use.message().contains(&s.session_id));
     let shown = listed(&srv, &name).await.unwrap();
     assert_eq!(shown.sessions, vec![s.session_id.clone()]);
-    srv.client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id.clone(),
-        })
-        .await
-        .unwrap();
+    close(&srv, s.session_id.clone()).await;
     delete(&srv, &name).await.unwrap();
     assert!(!image_exists(&env.image));
     assert!(!image_exists(&format!("sandboxd-env/{name}:latest")));
@@ -321,16 +305,7 @@ async fn a_setup_script_pip_installs_through_the_build_ca() {
     assert_eq!(steps[0], "FROM sandboxd-default:latest");
     assert!(steps.iter().all(|s| !s.contains("ARG ")), "{steps:?}");
     assert_eq!(built.steps[2].total, 3);
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            environment: name.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = env_session(&srv, &name, None).await;
     let ran = run(
         &srv.client,
         &s.session_id,
@@ -347,13 +322,7 @@ async fn a_setup_script_pip_installs_through_the_build_ca() {
         "{}",
         ran.stderr()
     );
-    srv.client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id,
-        })
-        .await
-        .unwrap();
+    close(&srv, s.session_id).await;
     delete(&srv, &name).await.unwrap();
     srv.stop().await;
 }
@@ -692,16 +661,7 @@ async fn an_environment_pool_keeps_sessions_warm_and_follows_rebuilds() {
         }
     };
     wait_ready().await;
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            environment: name.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = env_session(&srv, &name, None).await;
     assert!(
         !s.container_id.is_empty(),
         "a warm session has its container"
@@ -714,13 +674,7 @@ async fn an_environment_pool_keeps_sessions_warm_and_follows_rebuilds() {
     );
     let ran = run(&srv.client, &s.session_id, "echo warm", 30_000).await;
     assert_eq!(ran.stdout(), "warm\n");
-    srv.client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id,
-        })
-        .await
-        .unwrap();
+    close(&srv, s.session_id).await;
 
     // Rebuilt: the pool is refilled with the new build.
     wait_ready().await;
@@ -733,35 +687,14 @@ async fn an_environment_pool_keeps_sessions_warm_and_follows_rebuilds() {
     assert_ne!(second.environment().image, first.environment().image);
     let deadline = Instant::now() + Duration::from_secs(60);
     let s = loop {
-        let s = srv
-            .client
-            .clone()
-            .create_session(pb::CreateSessionRequest {
-                environment: name.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
+        let s = env_session(&srv, &name, None).await;
         assert_eq!(s.image, second.environment().image, "never the old build");
         if !s.container_id.is_empty() || Instant::now() > deadline {
             break s;
         }
-        srv.client
-            .clone()
-            .close_session(pb::CloseSessionRequest {
-                session_id: s.session_id,
-            })
-            .await
-            .unwrap();
+        close(&srv, s.session_id).await;
     };
-    srv.client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id,
-        })
-        .await
-        .unwrap();
+    close(&srv, s.session_id).await;
     // Both builds go with the environment, its warm containers first.
     delete(&srv, &name).await.unwrap();
     assert!(!image_exists(&first.environment().image));
@@ -914,16 +847,7 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
                   USER root\n\
                   WORKDIR /opt\n";
     build(&srv, dockerfile(&name, recipe)).await.unwrap();
-    let s = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            environment: name.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = env_session(&srv, &name, None).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ran = run(
         &srv.client,
@@ -947,13 +871,7 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
         .unwrap();
     let mounts = String::from_utf8_lossy(&inspect.stdout);
     assert!(!mounts.contains("\"Type\":\"volume\""), "{mounts}");
-    srv.client
-        .clone()
-        .close_session(pb::CloseSessionRequest {
-            session_id: s.session_id,
-        })
-        .await
-        .unwrap();
+    close(&srv, s.session_id).await;
     delete(&srv, &name).await.unwrap();
     srv.stop().await;
 }
