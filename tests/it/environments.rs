@@ -118,6 +118,35 @@ async fn assert_no_container_left(marker: &str) {
     }
 }
 
+/// Opens a session over environment `name` (and a lent `workspace`).
+async fn env_session(
+    srv: &TestServer,
+    name: &str,
+    workspace: Option<&std::path::Path>,
+) -> pb::Session {
+    srv.client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            environment: name.into(),
+            workspace_path: workspace
+                .map(|w| w.display().to_string())
+                .unwrap_or_default(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// Closes a session.
+async fn close(srv: &TestServer, session_id: String) {
+    srv.client
+        .clone()
+        .close_session(pb::CloseSessionRequest { session_id })
+        .await
+        .unwrap();
+}
+
 async fn delete(
     srv: &TestServer,
     name: &str,
