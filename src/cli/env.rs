@@ -108,9 +108,9 @@ pub async fn call(c: &mut Client, cmd: EnvCommand, con: &mut Stdio) -> Result<()
             }
             for e in &envs.environments {
                 con.out(format_args!(
-                    "{:<20} {:<34} {:>7} MB  {} session(s)\n",
+                    "{:<24} key {}  {:>6} MB  {} session(s)\n",
                     e.name,
-                    e.image,
+                    prefix(&e.key, 12),
                     e.size_bytes / 1_000_000,
                     e.sessions.len()
                 ));
@@ -172,10 +172,10 @@ async fn build(
                     "built"
                 };
                 con.out(format_args!(
-                    "environment {} {how} in {:.1} s: {} ({})\n",
+                    "environment {} {how} in {:.1} s: key {}, image {}\n",
                     env.name,
                     d.duration_ms as f64 / 1000.0,
-                    env.image,
+                    prefix(&env.key, 12),
                     prefix(env.image_id.trim_start_matches("sha256:"), 12)
                 ));
                 if d.output_truncated {

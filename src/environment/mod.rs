@@ -329,7 +329,7 @@ impl Environments {
         };
         let rebased = match &self.config.ca_cert {
             Some(ca) => {
-                let layers = self.ca_layers(&base_ids, ca);
+                let layers = self.ca_layers(&base_ids, ca, &progress);
                 match tokio::time::timeout_at(deadline, layers).await {
                     Ok(layers) => layers?,
                     Err(_) => {
@@ -363,6 +363,8 @@ impl Environments {
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut step = StepCount::new(&packed.injected, &packed.shown_as, hidden_steps);
         let mut tail: VecDeque<String> = VecDeque::new();
+        let mut built = false;
+        let mut froms_seen = 0;
         let result = loop {
             let message = tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => {
@@ -387,6 +389,9 @@ impl Environments {
                 m = stream.next() => m,
             };
             match message {
+                // Done: the engine names an image at the end of every stage,
+                // so only the tag it gave the last one says what was built.
+                None if built => break self.finish(&name, &image).await,
                 None => {
                     break Err(Error::BuildFailed {
                         step: step.position(),
@@ -401,6 +406,21 @@ impl Environments {
                     total,
                     instruction,
                 })) => {
+                    let is_from = instruction
+                        .split_whitespace()
+                        .next()
+                        .is_some_and(|w| w.eq_ignore_ascii_case("FROM"));
+                    if is_from {
+                        if packed.froms.get(froms_seen) != Some(&instruction) {
+                            break Err(Error::InvalidRecipe(format!(
+                                "the engine read `{instruction}` where sandboxd read the \
+                                 Dockerfile differently (a byte-order mark, a parser \
+                                 directive or a continuation); write each FROM on a line \
+                                 of its own, with no directive but `# escape=` at the top"
+                            )));
+                        }
+                        froms_seen += 1;
+                    }
                     if let Some(p) = step.next(number, total, instruction) {
                         tail.clear();
                         let _ = progress.send(p);
@@ -424,9 +444,7 @@ impl Environments {
                         tail: tail.into(),
                     });
                 }
-                Some(Ok(BuildMessage::Built(id))) => {
-                    break self.finish(&name, &image, &id).await;
-                }
+                Some(Ok(BuildMessage::Built(_))) => built = true,
             }
         };
         drop(stream);
@@ -451,6 +469,7 @@ impl Environments {
         &self,
         bases: &[(String, String)],
         ca: &[u8],
+        progress: &broadcast::Sender<Progress>,
     ) -> Result<BTreeMap<String, String>, Error> {
         let mut rebased = BTreeMap::new();
         for (base, id) in bases {
@@ -465,10 +484,32 @@ impl Environments {
                 };
                 let mut stream = self.runtime.build_image(spec).await?;
                 let mut lines = Vec::new();
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
                 loop {
-                    match stream.next().await {
+                    // A base's ONBUILD steps run here too: stop them as
+                    // soon as nobody waits for the build.
+                    let message = tokio::select! {
+                        m = stream.next() => m,
+                        _ = tick.tick() => {
+                            if progress.receiver_count() == 0 {
+                                return Err(Error::BuildFailed {
+                                    step: String::new(),
+                                    instruction: format!("giving {base} the build CA"),
+                                    message: "cancelled: every caller went away".into(),
+                                    tail: Vec::new(),
+                                });
+                            }
+                            continue;
+                        }
+                    };
+                    match message {
                         Some(Ok(BuildMessage::Built(_))) => break,
-                        Some(Ok(BuildMessage::Line(l))) => lines.push(l),
+                        Some(Ok(BuildMessage::Line(l))) => {
+                            if lines.len() == TAIL_LINES {
+                                lines.remove(0);
+                            }
+                            lines.push(l);
+                        }
                         Some(Ok(BuildMessage::Step { .. })) => {}
                         Some(Ok(BuildMessage::Failed(message))) => {
                             return Err(Error::BuildFailed {
@@ -495,14 +536,15 @@ impl Environments {
         Ok(rebased)
     }
 
-    /// Names a finished build `NAME:latest` and reads it back.
-    async fn finish(&self, name: &str, image: &str, id: &str) -> Result<Environment, Error> {
-        self.runtime.tag_image(id, &latest(name)).await?;
+    /// Reads a finished build back by the tag the engine gave it, and names
+    /// it `NAME:latest`.
+    async fn finish(&self, name: &str, image: &str) -> Result<Environment, Error> {
         let info = self.runtime.image_info(image).await?.ok_or_else(|| {
             Error::Engine(Arc::new(crate::sandbox::Error::Images(format!(
-                "{image} vanished right after its build"
+                "the engine reported the build done but {image} is not there"
             ))))
         })?;
+        self.runtime.tag_image(&info.id, &latest(name)).await?;
         Ok(environment_of(name, &info))
     }
 

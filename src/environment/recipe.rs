@@ -91,6 +91,10 @@ pub struct Packed {
     /// Instructions sandboxd rewrote, as the engine prints them, with the
     /// caller's own words.
     pub shown_as: BTreeMap<String, String>,
+    /// The `FROM` instructions, in order, exactly as the engine will print
+    /// them: a `FROM` step the engine runs that is not the next of these
+    /// means it read the Dockerfile differently, and the build is stopped.
+    pub froms: Vec<String>,
 }
 
 impl Recipe {
@@ -112,6 +116,11 @@ impl Recipe {
                 );
                 (text, single_file_tar("setup.sh", script.as_bytes(), 0o755)?)
             }
+        };
+        // The engine drops a byte-order mark: so must what reads FROMs.
+        let text = match text.strip_prefix('\u{feff}') {
+            Some(rest) => rest.to_string(),
+            None => text,
         };
         let size = (context.len() + text.len()) as u64;
         if size > max_context {
@@ -165,24 +174,22 @@ impl Recipe {
     }
 
     /// The recipe's identity: its hash with the ids of its base images (so
-    /// a rebuilt base gives a new key), 12 hex digits.
+    /// a rebuilt base gives a new key), the whole sha256 in hex (a shorter
+    /// key can be collided on purpose: one recipe answered with another).
     pub fn key(&self, base_ids: &[String]) -> String {
         let mut digest = self.digest.clone();
         for id in base_ids {
             digest.update(b"base\0");
             feed(&mut digest, id.as_bytes());
         }
-        hex::encode(digest.finalize())[..12].to_string()
+        hex::encode(digest.finalize())
     }
 
     /// The context to send. `rebased` maps base images to the images that
     /// stand in for them (their CA layers).
     pub fn pack(&self, rebased: &BTreeMap<String, String>) -> Result<Packed, Error> {
-        let (dockerfile, injected, shown_as) = if self.ca {
-            rebase(&self.text, &self.froms, rebased)
-        } else {
-            (self.text.clone(), BTreeSet::new(), BTreeMap::new())
-        };
+        let (dockerfile, injected, shown_as, froms) =
+            rebase(&self.text, &self.froms, rebased, self.ca);
         let hidden_steps = (self.froms.len() * injected.len()) as u32;
         let mut builder = tar::Builder::new(Vec::new());
         let mut ignored = false;
@@ -214,6 +221,7 @@ impl Recipe {
             injected,
             hidden_steps,
             shown_as,
+            froms,
         })
     }
 }
@@ -240,7 +248,7 @@ pub fn ca_layer_key(base_id: &str, ca: &[u8]) -> String {
     digest.update(b"sandboxd-build-ca-v1\0");
     feed(&mut digest, base_id.as_bytes());
     feed(&mut digest, ca);
-    hex::encode(digest.finalize())[..12].to_string()
+    hex::encode(digest.finalize())
 }
 
 fn feed(digest: &mut Sha256, bytes: &[u8]) {
@@ -348,7 +356,8 @@ fn read_context(context: &[u8]) -> Result<Vec<Entry>, Error> {
             continue;
         }
         if path.len() > MAX_PATH_BYTES {
-            return Err(bad(&path[..64], "the path is too long"));
+            let start: String = path.chars().take(64).collect();
+            return Err(bad(&format!("{start}…"), "the path is too long"));
         }
         if path.starts_with('/') || path.split('/').any(|c| c == ".." || c.is_empty()) {
             return Err(bad(
@@ -428,14 +437,12 @@ struct From {
 /// The Dockerfile's `FROM` instructions, honouring line continuations, the
 /// `escape` directive and comments.
 fn froms(text: &str) -> Result<Vec<From>, Error> {
+    // Parser directives (`# escape=` ...) count only at the very top: the
+    // first line that is not one ends them, as it does for the engine.
     let escape = text
         .lines()
-        .take_while(|l| l.trim_start().starts_with('#'))
-        .find_map(|l| {
-            let d = l.trim_start().trim_start_matches('#').trim();
-            let (k, v) = d.split_once('=')?;
-            (k.trim().eq_ignore_ascii_case("escape")).then(|| v.trim().chars().next())?
-        })
+        .map_while(directive)
+        .find_map(|(k, v)| (k.eq_ignore_ascii_case("escape")).then(|| v.chars().next())?)
         .unwrap_or('\\');
     let mut out = Vec::new();
     let mut stages = BTreeSet::new();
@@ -443,7 +450,9 @@ fn froms(text: &str) -> Result<Vec<From>, Error> {
     let mut first_line = 0;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
-        if logical.is_empty() && (trimmed.starts_with('#') || trimmed.is_empty()) {
+        // Comments and blank lines are skipped, inside a continued
+        // instruction too.
+        if trimmed.starts_with('#') || trimmed.is_empty() {
             continue;
         }
         if logical.is_empty() {
@@ -495,6 +504,14 @@ fn froms(text: &str) -> Result<Vec<From>, Error> {
     Ok(out)
 }
 
+/// A parser directive line, `# key=value`.
+fn directive(line: &str) -> Option<(&str, &str)> {
+    let body = line.trim().strip_prefix('#')?;
+    let (k, v) = body.split_once('=')?;
+    let k = k.trim();
+    (!k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric())).then(|| (k, v.trim()))
+}
+
 /// Checks an image reference's characters (it goes into a Dockerfile).
 fn check_reference(image: &str) -> Result<(), Error> {
     let ok = !image.is_empty()
@@ -511,19 +528,31 @@ fn check_reference(image: &str) -> Result<(), Error> {
     }
 }
 
-/// The Dockerfile with every `FROM` of a base pointed at the image
-/// standing in for it (written on one line), and each stage naming the CA
-/// as build arguments. Returns it, the instructions added and the rewritten
-/// ones (as the engine prints them, with the caller's own words).
+/// The Dockerfile with every `FROM` written on one line (so the engine
+/// prints it exactly so), a base pointed at the image standing in for it,
+/// and with `ca` each stage naming the CA as build arguments. Returns it,
+/// the instructions added, the rewritten ones (as the engine prints them,
+/// with the caller's own words) and the `FROM`s as written.
 fn rebase(
     text: &str,
     froms: &[From],
     rebased: &BTreeMap<String, String>,
-) -> (String, BTreeSet<String>, BTreeMap<String, String>) {
-    let added: Vec<String> = CA_VARIABLES
-        .iter()
-        .map(|v| format!("ARG {v}={CA_PATH}"))
-        .collect();
+    ca: bool,
+) -> (
+    String,
+    BTreeSet<String>,
+    BTreeMap<String, String>,
+    Vec<String>,
+) {
+    let added: Vec<String> = if ca {
+        CA_VARIABLES
+            .iter()
+            .map(|v| format!("ARG {v}={CA_PATH}"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut written_froms = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = String::with_capacity(text.len() + 1024);
     let mut shown_as = BTreeMap::new();
@@ -556,6 +585,7 @@ fn rebase(
         if written != original {
             shown_as.insert(written.clone(), original);
         }
+        written_froms.push(written.clone());
         out.push_str(&written);
         out.push('\n');
         for a in &added {
@@ -564,7 +594,7 @@ fn rebase(
         }
         i = from.last_line + 1;
     }
-    (out, added.into_iter().collect(), shown_as)
+    (out, added.into_iter().collect(), shown_as, written_froms)
 }
 
 #[cfg(test)]
@@ -633,6 +663,54 @@ mod tests {
             Err(Error::InvalidRecipe(_))
         ));
         assert!(matches!(froms("FROM a;rm\n"), Err(Error::InvalidRecipe(_))));
+    }
+
+    #[test]
+    fn froms_are_read_as_the_engine_reads_them() {
+        let images = |text: &str| -> Vec<Option<String>> {
+            froms(text).unwrap().into_iter().map(|f| f.image).collect()
+        };
+        // A directive after an ordinary comment is no directive.
+        assert_eq!(
+            images("# hello\n# escape=`\nARG A=1`\nFROM hidden:5\nFROM b\n"),
+            vec![Some("hidden:5".to_string()), Some("b".to_string())]
+        );
+        // Comments and blank lines inside a continuation are skipped, so
+        // the next line continues the instruction.
+        assert_eq!(
+            images("FROM a\nRUN echo \\\n# c\n\nFROM b\n"),
+            vec![Some("a".to_string())]
+        );
+        let f = froms("FROM a \\\n# c\n  AS x\nFROM x\n").unwrap();
+        assert_eq!(f[0].words.join(" "), "FROM a AS x");
+        assert_eq!(f[1].image, None);
+        // A byte-order mark is dropped, as the engine drops it.
+        let bom = Recipe::new(
+            dockerfile("\u{feff}FROM a\n", Vec::new()),
+            "d",
+            None,
+            1 << 20,
+        );
+        assert_eq!(bom.unwrap().bases, vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn every_from_is_written_as_the_engine_will_print_it() {
+        let r = Recipe::new(
+            dockerfile("FROM   a  \\\n AS one\nRUN x\nFROM one\n", Vec::new()),
+            "d",
+            None,
+            1 << 20,
+        )
+        .unwrap();
+        let packed = r.pack(&BTreeMap::new()).unwrap();
+        assert_eq!(packed.froms, vec!["FROM a AS one", "FROM one"]);
+        let df = packed_entries(&packed.context)
+            .into_iter()
+            .find(|e| e.0 == DOCKERFILE)
+            .unwrap()
+            .1;
+        assert_eq!(df, "FROM a AS one\nRUN x\nFROM one\n");
     }
 
     #[test]
@@ -785,6 +863,19 @@ mod tests {
             1 << 20,
         );
         assert!(matches!(reserved, Err(Error::InvalidContext(_))));
+        let mut b = tar::Builder::new(Vec::new());
+        let long = format!("a{}", "é".repeat(2100));
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &long, std::io::empty()).unwrap();
+        let long = Recipe::new(
+            dockerfile("FROM a\n", b.into_inner().unwrap()),
+            "d",
+            None,
+            1 << 20,
+        );
+        assert!(long.unwrap_err().to_string().contains("too long"));
         let none = Recipe::new(dockerfile("RUN x\n", Vec::new()), "d", None, 1 << 20);
         assert!(matches!(none, Err(Error::InvalidRecipe(_))));
         let garbage = Recipe::new(dockerfile("FROM a\n", vec![7; 1024]), "d", None, 1 << 20);

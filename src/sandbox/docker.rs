@@ -336,6 +336,17 @@ impl Runtime for DockerRuntime {
             format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
         )]);
         for path in declared {
+            let trimmed = path.trim_end_matches('/');
+            let over = |ours: &str| trimmed == ours || trimmed.starts_with(&format!("{ours}/"));
+            if trimmed.is_empty() || over("/workspace") || over("/.sandboxd") {
+                return Err(Error::ImageUnusable {
+                    image: spec.image.clone(),
+                    why: format!(
+                        "it declares VOLUME {path}, which would hide the workspace or the \
+                         supervisor; remove that VOLUME from its recipe"
+                    ),
+                });
+            }
             tmpfs
                 .entry(path)
                 .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));

@@ -53,6 +53,15 @@ pub enum Error {
         /// What was tried.
         why: String,
     },
+    /// The image asks for something no session may have (e.g. a volume
+    /// over the workspace).
+    #[error("image {image} cannot be used: {why}")]
+    ImageUnusable {
+        /// Image reference.
+        image: String,
+        /// What it asks for.
+        why: String,
+    },
     /// Building the default image failed.
     #[error("building image {image} failed: {why}")]
     BuildImage {

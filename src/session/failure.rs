@@ -958,6 +958,15 @@ fn sandbox_status(err: &sandbox::Error) -> Described {
             ),
             &[],
         ),
+        X::ImageUnusable { image, why } => status(
+            Code::FailedPrecondition,
+            reason::IMAGE_NOT_ALLOWED,
+            format!(
+                "Image {image} cannot be used: {why}. No session was created. Build the \
+                 environment again without it, or use another image."
+            ),
+            &[("image", image.clone())],
+        ),
         X::ImageInUse { image, why } => status(
             Code::FailedPrecondition,
             reason::ENVIRONMENT_IN_USE,

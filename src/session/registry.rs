@@ -249,7 +249,9 @@ impl Registry {
         }
         match session.sandbox.ensure().await {
             Ok(_) => {}
-            Err(e @ sandbox::Error::ImageMissing { .. }) => {
+            Err(
+                e @ (sandbox::Error::ImageMissing { .. } | sandbox::Error::ImageUnusable { .. }),
+            ) => {
                 let _ = self.close(&session.id).await;
                 return Err(e.into());
             }

@@ -808,14 +808,14 @@ async fn the_cli_builds_lists_uses_and_removes_environments() {
 
     let out = cli(&srv, d, &["env", "ls"]).await;
     let listing = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        listing.contains(&format!("sandboxd-env/{name}:")),
-        "{listing}"
-    );
-    assert!(
-        listing.contains(&format!("sandboxd-env/{shorthand}:")),
-        "{listing}"
-    );
+    let line = |env: &str| {
+        listing
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(env))
+            .map(str::to_string)
+    };
+    assert!(line(&name).is_some_and(|l| l.contains("key ")), "{listing}");
+    assert!(line(&shorthand).is_some(), "{listing}");
 
     let out = cli(
         &srv,
@@ -902,6 +902,46 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     assert!(!mounts.contains("\"Type\":\"volume\""), "{mounts}");
     close(&srv, s.session_id).await;
     delete(&srv, &name).await.unwrap();
+
+    // A volume over or under the workspace (or the supervisor's paths)
+    // would hide it: such an image opens no session, and leaves nothing.
+    for path in ["/workspace/sub", "/workspace", "/.sandboxd/run"] {
+        let hiding = unique("hiding");
+        build(
+            &srv,
+            dockerfile(
+                &hiding,
+                &format!("FROM sandboxd-default:latest\nVOLUME {path}\n"),
+            ),
+        )
+        .await
+        .unwrap();
+        let refused = srv
+            .client
+            .clone()
+            .create_session(pb::CreateSessionRequest {
+                environment: hiding.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&refused), "IMAGE_NOT_ALLOWED", "{refused:?}");
+        assert!(
+            refused.message().contains(&format!("VOLUME {path}")),
+            "{}",
+            refused.message()
+        );
+        assert!(srv.containers().is_empty(), "{:?}", srv.containers());
+        delete(&srv, &hiding).await.unwrap();
+    }
+    let listed = srv
+        .client
+        .clone()
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.sessions.is_empty());
     srv.stop().await;
 }
 
