@@ -57,6 +57,24 @@ pub enum Error {
         /// The directory.
         path: PathBuf,
     },
+    /// A file in the directory is also linked from outside it: a command
+    /// writing it, or marking it set-id, would change a file elsewhere on
+    /// the host.
+    #[error("{path} is hard-linked from outside the directory ({links} links)")]
+    LinkedOutside {
+        /// The file, relative to the directory.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
+    },
+    /// The directory could not be checked for such files.
+    #[error("cannot check {path} for files linked from outside it: {why}")]
+    Unchecked {
+        /// Where the check stopped.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
     /// Existing directories need the service to be able to mount.
     #[error("existing directories can only be lent to sessions when the service runs as root")]
     CannotPin,
@@ -254,6 +272,10 @@ impl Volumes {
                 path: host.to_path_buf(),
             });
         }
+        // Privacy covers the directory's own files only: a file hard-linked
+        // from elsewhere (a local `git clone`, `cp -al`) is the same file
+        // there, where others may reach it.
+        linked_outside(root)?;
         let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
             uid: (0, root_user.0),
             gid: (st.st_gid, root_user.1),
@@ -479,6 +501,53 @@ fn run_tool(cmd: &mut std::process::Command) -> Result<(), Error> {
 /// `owner` and grants its group and others no access. The directory itself
 /// does not count: commands run as its owner (or, through an id-mapped
 /// pin of root's directory, are its owner there) and could open it up.
+/// Entries of a lent directory checked for outside links at most.
+const MAX_CHECKED_ENTRIES: u64 = 2_000_000;
+
+/// Refuses a tree holding a regular file with more links than the tree
+/// itself holds. Walked through the directory's descriptor (a path swapped
+/// meanwhile cannot redirect it), without following symbolic links.
+fn linked_outside(root: &OwnedFd) -> Result<(), Error> {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    let base = proc_fd_path(root);
+    let mut inside: HashMap<(u64, u64), (PathBuf, u64, u64)> = HashMap::new();
+    let walk = ignore::WalkBuilder::new(&base)
+        .standard_filters(false)
+        .hidden(false)
+        .follow_links(false)
+        .build();
+    for (n, entry) in walk.enumerate() {
+        let unchecked = |path: &Path, why: String| Error::Unchecked {
+            path: path.strip_prefix(&base).unwrap_or(path).to_path_buf(),
+            why,
+        };
+        if n as u64 >= MAX_CHECKED_ENTRIES {
+            return Err(unchecked(
+                Path::new(""),
+                format!("it holds more than {MAX_CHECKED_ENTRIES} entries"),
+            ));
+        }
+        let entry = entry.map_err(|e| unchecked(Path::new(""), e.to_string()))?;
+        let meta = entry
+            .metadata()
+            .map_err(|e| unchecked(entry.path(), e.to_string()))?;
+        if meta.is_file() && meta.nlink() > 1 {
+            let seen = inside
+                .entry((meta.dev(), meta.ino()))
+                .or_insert_with(|| (entry.path().to_path_buf(), meta.nlink(), 0));
+            seen.2 += 1;
+        }
+    }
+    match inside.into_values().find(|(_, links, seen)| seen < links) {
+        Some((path, links, _)) => Err(Error::LinkedOutside {
+            path: path.strip_prefix(&base).unwrap_or(&path).to_path_buf(),
+            links,
+        }),
+        None => Ok(()),
+    }
+}
+
 fn private(path: &Path, owner: u32) -> io::Result<bool> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut fd = rustix::fs::open("/", flags, Mode::empty())?;
@@ -629,6 +698,39 @@ impl Volume {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_with_a_file_linked_from_outside_is_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let tree = top.path().join("tree");
+        std::fs::create_dir_all(tree.join("deep/er")).unwrap();
+        std::fs::write(tree.join("deep/er/a"), "a").unwrap();
+        // Links inside the tree only: fine.
+        std::fs::hard_link(tree.join("deep/er/a"), tree.join("a-again")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).unwrap();
+        let open = || {
+            rustix::fs::open(
+                &tree,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        linked_outside(&open()).unwrap();
+        // One more link, outside: refused, naming the file.
+        std::fs::hard_link(tree.join("deep/er/a"), top.path().join("outside")).unwrap();
+        match linked_outside(&open()) {
+            Err(Error::LinkedOutside { path, links: 3 }) => {
+                assert!(
+                    path == Path::new("a-again") || path == Path::new("deep/er/a"),
+                    "{path:?}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_file(top.path().join("outside")).unwrap();
+        linked_outside(&open()).unwrap();
+    }
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     /// The options of the mount at `path`, from this process's mountinfo.

@@ -753,6 +753,28 @@ fn volume_status(err: &crate::volume::Error) -> Described {
             ),
             &[("path", path.display().to_string())],
         ),
+        V::LinkedOutside { path, links } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{} in the directory has {links} hard links, some outside it (a local `git \
+                 clone` or `cp -al` makes them): a command writing it, or marking it set-id, would \
+                 change that file elsewhere on the host too. No session was created. Lend a copy \
+                 without shared files (`git clone --no-hardlinks`, `cp -a`), then retry.",
+                path.display()
+            ),
+            &[("path", path.display().to_string())],
+        ),
+        V::Unchecked { path, why } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "The directory could not be checked for files linked from outside it (at {}: \
+                 {why}). No session was created. Lend a smaller or readable tree, then retry.",
+                path.display()
+            ),
+            &[("path", path.display().to_string())],
+        ),
         V::CannotPin => status(
             Code::FailedPrecondition,
             reason::INVALID_WORKSPACE,

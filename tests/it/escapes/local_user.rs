@@ -134,6 +134,95 @@ async fn planted_setuid_files_in_a_root_checkout_are_useless_on_the_host() {
     srv.stop().await;
 }
 
+/// A file of a lent checkout that is hard-linked from outside it (a public
+/// file linked in by hand, or the objects a local `git clone` shares with
+/// its source) is the same file there: a command could rewrite it or make
+/// it set-uid, root's in a root checkout. Such a checkout is refused before
+/// any command runs; the same tree without shared files is lent.
+#[tokio::test]
+async fn a_checkout_sharing_files_with_the_outside_is_refused() {
+    let srv = TestServer::with_docker().await;
+    let allowed = srv.allowed_root.path();
+    let public = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(public.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tool = public.path().join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho v1\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lend = |dir: std::path::PathBuf| {
+        let mut client = srv.client.clone();
+        let req = pb::CreateSessionRequest {
+            workspace_path: dir.display().to_string(),
+            ..Default::default()
+        };
+        async move { client.create_session(req).await }
+    };
+
+    // A public file linked into root's checkout.
+    let linked = allowed.join("linked");
+    std::fs::create_dir(&linked).unwrap();
+    std::fs::hard_link(&tool, linked.join("tool")).unwrap();
+    let refused =
+        common::assert_refused_unchanged(lend(linked.clone()), "INVALID_WORKSPACE", &linked).await;
+    assert!(
+        refused.message().contains("tool") && refused.message().contains("hard links"),
+        "{}",
+        refused.message()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&tool).unwrap(),
+        "#!/bin/sh\necho v1\n"
+    );
+    assert_eq!(std::fs::metadata(&tool).unwrap().mode() & 0o7777, 0o755);
+
+    // A local clone shares its objects with the source repository.
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.email=ci@example.com", "-c", "user.name=ci"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    let source = public.path().join("source");
+    git(&["init", "-q", &source.display().to_string()]);
+    std::fs::write(source.join("calc.py"), "x = 1\n").unwrap();
+    git(&["-C", &source.display().to_string(), "add", "calc.py"]);
+    git(&[
+        "-C",
+        &source.display().to_string(),
+        "commit",
+        "-q",
+        "-m",
+        "calc",
+    ]);
+    let clone = allowed.join("clone");
+    git(&[
+        "clone",
+        "-q",
+        &source.display().to_string(),
+        &clone.display().to_string(),
+    ]);
+    common::assert_refused_unchanged(lend(clone.clone()), "INVALID_WORKSPACE", &clone).await;
+    let own = allowed.join("own");
+    git(&[
+        "clone",
+        "-q",
+        "--no-hardlinks",
+        &source.display().to_string(),
+        &own.display().to_string(),
+    ]);
+    let s = lend(own).await.unwrap().into_inner();
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "git status --short && echo ok",
+        20_000,
+    )
+    .await;
+    assert_eq!(ran.stdout(), "ok\n", "{}", ran.stderr());
+    srv.stop().await;
+}
+
 /// Another user of the host can neither list the sessions, nor reach a
 /// supervisor's socket, nor a workspace, while commands run.
 #[tokio::test]
