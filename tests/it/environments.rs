@@ -1027,3 +1027,62 @@ async fn builds_wait_their_turn_and_a_used_image_is_never_orphaned() {
     delete(&srv, &third).await.unwrap();
     srv.stop().await;
 }
+
+/// A multi-stage recipe: the environment is its last stage (the engine
+/// names an image at the end of every stage), and steps count across
+/// stages as written.
+#[tokio::test]
+async fn a_multi_stage_recipe_builds_its_last_stage() {
+    let srv = builder_server(|_| {}).await;
+    let name = unique("stages");
+    let first = build(
+        &srv,
+        dockerfile(
+            &name,
+            "FROM sandboxd-default:latest\nRUN echo good > /good\n",
+        ),
+    )
+    .await
+    .unwrap();
+    let recipe = "FROM sandboxd-default:latest AS build\n\
+                  RUN echo half > /half\n\
+                  FROM sandboxd-default:latest\n\
+                  COPY --from=build /half /final\n";
+    let built = build(&srv, dockerfile(&name, recipe))
+        .await
+        .unwrap_or_else(|(e, b)| panic!("{e:?} {b:?}"));
+    let steps: Vec<(u32, u32, &str)> = built
+        .steps
+        .iter()
+        .map(|s| (s.number, s.total, s.instruction.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (1, 4, "FROM sandboxd-default:latest AS build"),
+            (2, 4, "RUN echo half > /half"),
+            (3, 4, "FROM sandboxd-default:latest"),
+            (4, 4, "COPY --from=build /half /final"),
+        ]
+    );
+    assert_ne!(built.environment().image_id, first.environment().image_id);
+    let shown = listed(&srv, &name).await.expect("listed under its name");
+    assert_eq!(shown.image_id, built.environment().image_id);
+    let s = env_session(&srv, &name, None).await;
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "cat /final; ls /half /good 2>&1 | wc -l",
+        30_000,
+    )
+    .await;
+    assert_eq!(
+        ran.stdout(),
+        "half\n2\n",
+        "the last stage only: {}",
+        ran.stderr()
+    );
+    close(&srv, s.session_id).await;
+    delete(&srv, &name).await.unwrap();
+    srv.stop().await;
+}
