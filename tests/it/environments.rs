@@ -18,6 +18,30 @@ fn unique(prefix: &str) -> String {
     )
 }
 
+/// Removes the images of the environments named, when the test ends (a
+/// failed test included): the engine's image store outlives the test.
+struct Cleanup(Vec<String>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let ids = Command::new("docker")
+                .args(["images", "-q", "--filter"])
+                .arg(format!("label=sandboxd.environment={name}"))
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                .unwrap_or_default();
+            let ids: std::collections::BTreeSet<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["rmi", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
 /// Everything one build call sent.
 #[derive(Debug, Default)]
 struct Build {
@@ -178,6 +202,7 @@ async fn listed(srv: &TestServer, name: &str) -> Option<pb::Environment> {
 async fn a_pytest_environment_is_built_with_apt_and_runs_offline() {
     let srv = builder_server(|_| {}).await;
     let name = unique("pytest");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     // A step of its own makes the apt step run for real, not from the
     // engine's layer cache of an earlier run.
     let recipe = format!(
@@ -305,6 +330,7 @@ async fn a_setup_script_pip_installs_through_the_build_ca() {
         .expect("the host's CA bundle (ca-certificates)");
     let srv = builder_server(|c| c.builds.ca_cert = Some(bundle)).await;
     let name = unique("pip");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let script = format!(
         "echo {name}\n\
          apt-get update -q\n\
@@ -363,6 +389,7 @@ async fn a_setup_script_pip_installs_through_the_build_ca() {
 async fn failed_builds_are_refused_clearly_and_leave_nothing() {
     let srv = builder_server(|c| c.builds.max_context_bytes = 64 * 1024).await;
     let name = unique("bad");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let latest = format!("sandboxd-env/{name}:latest");
 
     let (missing, _) = build(&srv, dockerfile(&name, "FROM no-such-image:1\nRUN true\n"))
@@ -503,6 +530,7 @@ async fn only_callers_the_operator_allows_may_build() {
     let dir = journal_dir.clone();
     let srv = TestServer::with_docker_access(access, move |c| c.journal_dir = Some(dir)).await;
     let name = unique("perm");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let req = dockerfile(&name, "FROM sandboxd-default:latest\nRUN true\n");
     let denied = srv
         .client
@@ -623,6 +651,7 @@ async fn only_callers_the_operator_allows_may_build() {
 async fn concurrent_builds_share_one_run_and_an_abandoned_one_is_stopped() {
     let srv = builder_server(|_| {}).await;
     let name = unique("shared");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let marker = unique("once");
     let recipe = format!("FROM sandboxd-default:latest\nRUN echo {marker} && sleep 2\n");
     let (a, b) = tokio::join!(
@@ -639,6 +668,7 @@ async fn concurrent_builds_share_one_run_and_an_abandoned_one_is_stopped() {
     delete(&srv, &name).await.unwrap();
 
     let abandoned = unique("gone");
+    let _cleanup_abandoned = Cleanup(vec![abandoned.clone()]);
     let marker = unique("abandoned");
     let mut events = srv
         .client
@@ -669,6 +699,7 @@ async fn concurrent_builds_share_one_run_and_an_abandoned_one_is_stopped() {
 #[tokio::test]
 async fn an_environment_pool_keeps_sessions_warm_and_follows_rebuilds() {
     let name = unique("warm");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let srv = builder_server(|c| {
         c.sandbox.environment_pools.insert(name.clone(), 1);
     })
@@ -760,6 +791,7 @@ async fn cli(srv: &TestServer, dir: &std::path::Path, args: &[&str]) -> std::pro
 async fn the_cli_builds_lists_uses_and_removes_environments() {
     let srv = builder_server(|_| {}).await;
     let name = unique("cli");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(
@@ -794,6 +826,7 @@ async fn the_cli_builds_lists_uses_and_removes_environments() {
     let script = d.join("setup.sh");
     std::fs::write(&script, "echo from-setup > /opt/setup.txt\n").unwrap();
     let shorthand = format!("{name}-setup");
+    let _cleanup_shorthand = Cleanup(vec![shorthand.clone()]);
     let out = cli(
         &srv,
         d,
@@ -868,6 +901,7 @@ async fn the_cli_builds_lists_uses_and_removes_environments() {
 async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     let srv = builder_server(|c| c.sandbox.tmp_bytes = 8 << 20).await;
     let name = unique("settings");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let recipe = "FROM sandboxd-default:latest\n\
                   ENTRYPOINT [\"/bin/sh\", \"-c\", \"touch /workspace/entrypoint-ran; exec sleep infinity\"]\n\
                   CMD [\"ignored\"]\n\
@@ -907,6 +941,7 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     // would hide it: such an image opens no session, and leaves nothing.
     for path in ["/workspace/sub", "/workspace", "/.sandboxd/run"] {
         let hiding = unique("hiding");
+        let _cleanup_hiding = Cleanup(vec![hiding.clone()]);
         build(
             &srv,
             dockerfile(
@@ -952,6 +987,7 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
 async fn builds_wait_their_turn_and_a_used_image_is_never_orphaned() {
     let srv = builder_server(|c| c.builds.max_running = 1).await;
     let (first, second, third) = (unique("turn"), unique("turn"), unique("turn"));
+    let _cleanup = Cleanup(vec![first.clone(), second.clone(), third.clone()]);
     let marker = unique("long");
     let mut long = srv
         .client
@@ -1035,6 +1071,7 @@ async fn builds_wait_their_turn_and_a_used_image_is_never_orphaned() {
 async fn a_multi_stage_recipe_builds_its_last_stage() {
     let srv = builder_server(|_| {}).await;
     let name = unique("stages");
+    let _cleanup_name = Cleanup(vec![name.clone()]);
     let first = build(
         &srv,
         dockerfile(
