@@ -7,10 +7,12 @@
 
 pub mod edit;
 mod error;
+pub mod history;
 pub mod lock;
 mod ops;
 pub mod path;
 pub mod remove;
+pub mod tree;
 pub mod walk;
 pub mod write;
 
@@ -298,6 +300,13 @@ impl Workspace {
     /// Owner (uid, gid) of the workspace root directory.
     pub fn owner(&self) -> (u32, u32) {
         self.inner.owner
+    }
+
+    /// Owner given to the files and directories the service makes here:
+    /// the root's owner, when the service is privileged and differs from
+    /// it (so commands can change them).
+    pub fn new_owner(&self) -> Option<(u32, u32)> {
+        self.inner.new_owner
     }
 
     /// Resolves `path` to an existing directory inside the workspace and

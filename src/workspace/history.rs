@@ -1,0 +1,447 @@
+//! A workspace's past: the picture of where the session began (its
+//! baseline), the checkpoints taken since, and the store keeping their
+//! contents. Answers what changed since either, and brings the workspace
+//! back to a checkpoint.
+//!
+//! The baseline is taken just before the first change of the session (an
+//! edit, a created file, a command, a restore): whatever the workspace held
+//! until then, an uploaded repository included, is where the session
+//! began, so its changes are the work done on it. Taking it never fails a
+//! call: if it cannot be kept (a tree past the bounds or the budget), the
+//! changes since the start say why, and checkpoints still work.
+//!
+//! One lock orders everything of one history; the file work runs on the
+//! blocking pool. The last picture taken is the cache of the next scan
+//! (see [`tree`](super::tree)), so a scan of an unchanged tree costs a
+//! `stat` per entry.
+
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+
+use super::Workspace;
+use super::tree::changes::{self, Bounds, Changes};
+use super::tree::restore::{self, Restored};
+use super::tree::store::Store;
+use super::tree::{Manifest, ScanError, ScanLimits, scan};
+
+/// Bounds of a history.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryLimits {
+    /// Most checkpoints kept at once.
+    pub max_checkpoints: usize,
+    /// Bounds of every scan.
+    pub scan: ScanLimits,
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        HistoryLimits {
+            max_checkpoints: 100,
+            scan: ScanLimits::default(),
+        }
+    }
+}
+
+/// Why a history call was refused or failed. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No such checkpoint in this workspace's history.
+    #[error("no checkpoint {id} in this session")]
+    NotFound {
+        /// The id asked for.
+        id: String,
+        /// It existed and was deleted.
+        deleted: bool,
+    },
+    /// As many checkpoints as allowed are kept.
+    #[error("the session keeps {limit} checkpoints already")]
+    TooMany {
+        /// The bound.
+        limit: usize,
+    },
+    /// The workspace could not be pictured.
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    /// The restore failed and was undone.
+    #[error(transparent)]
+    Restore(#[from] restore::Error),
+    /// The session's starting point could not be kept.
+    #[error("the session's starting point could not be kept: {0}")]
+    NoBaseline(String),
+    /// Reading the workspace or the store failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Writes or commands still run, and did not end in time.
+    #[error("writes or commands still run in the workspace")]
+    Busy,
+}
+
+/// A checkpoint as callers see it.
+#[derive(Debug, Clone)]
+pub struct CheckpointInfo {
+    /// Its id.
+    pub id: String,
+    /// The caller's label.
+    pub label: String,
+    /// When it was taken.
+    pub created: SystemTime,
+    /// Regular files in it.
+    pub files: u64,
+    /// Bytes those files hold.
+    pub bytes: u64,
+    /// Bytes of contents no other picture of the session holds.
+    pub own_bytes: u64,
+    /// Digest of the tree (see [`Manifest::digest`]).
+    pub digest: String,
+}
+
+struct Checkpoint {
+    info: CheckpointInfo,
+    manifest: Arc<Manifest>,
+}
+
+/// A checkpoint just taken.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// The checkpoint.
+    pub checkpoint: CheckpointInfo,
+    /// Bytes of contents the store had to copy for it.
+    pub copied_bytes: u64,
+    /// Bytes the store keeps now, and its budget.
+    pub store_bytes: u64,
+    /// The store's budget.
+    pub store_budget: u64,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// A restore done.
+#[derive(Debug, Clone)]
+pub struct RestoreOutput {
+    /// The checkpoint restored.
+    pub checkpoint: CheckpointInfo,
+    /// What it changed.
+    pub restored: Restored,
+    /// Digest of the workspace after the restore.
+    pub digest: String,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// The changes since a point.
+#[derive(Debug, Clone)]
+pub struct ChangesOutput {
+    /// The checkpoint compared with; empty for the session's start.
+    pub since: String,
+    /// The changes.
+    pub changes: Changes,
+    /// Digest of the workspace now (empty when nothing has changed since
+    /// the start and no picture was taken).
+    pub digest: String,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+enum Baseline {
+    NotYet,
+    Taken(Arc<Manifest>),
+    Failed(String),
+}
+
+struct State {
+    store: Store,
+    baseline: Baseline,
+    checkpoints: Vec<Checkpoint>,
+    deleted: HashSet<String>,
+    /// The last picture taken: the cache of the next scan.
+    cache: Option<Arc<Manifest>>,
+}
+
+/// One workspace's history. Cheap to clone.
+#[derive(Clone)]
+pub struct History {
+    workspace: Workspace,
+    limits: HistoryLimits,
+    state: Arc<Mutex<State>>,
+    /// Writers (file tools, commands) hold it shared; a restore holds it
+    /// alone.
+    writers: Arc<RwLock<()>>,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History").finish_non_exhaustive()
+    }
+}
+
+impl History {
+    /// The history of `workspace`, keeping contents in the empty directory
+    /// `store_dir` (the service's own, opened for reading), at most
+    /// `budget` bytes of them.
+    pub fn new(
+        workspace: Workspace,
+        store_dir: OwnedFd,
+        budget: u64,
+        limits: HistoryLimits,
+    ) -> History {
+        History {
+            workspace,
+            limits,
+            state: Arc::new(Mutex::new(State {
+                store: Store::new(store_dir, budget),
+                baseline: Baseline::NotYet,
+                checkpoints: Vec::new(),
+                deleted: HashSet::new(),
+                cache: None,
+            })),
+            writers: Arc::new(RwLock::new(())),
+        }
+    }
+
+    /// A writer's turn: held while a file is written or a command runs;
+    /// a restore waits for every turn to end.
+    pub async fn write_turn(&self) -> OwnedRwLockReadGuard<()> {
+        Arc::clone(&self.writers).read_owned().await
+    }
+
+    async fn exclusive(&self, wait: Duration) -> Result<OwnedRwLockWriteGuard<()>, Error> {
+        tokio::time::timeout(wait, Arc::clone(&self.writers).write_owned())
+            .await
+            .map_err(|_| Error::Busy)
+    }
+
+    /// Takes the baseline if this is the session's first change. Never
+    /// fails: a baseline that cannot be kept is recorded as such.
+    pub async fn begin(&self) {
+        let mut state = Arc::clone(&self.state).lock_owned().await;
+        if !matches!(state.baseline, Baseline::NotYet) {
+            return;
+        }
+        let (ws, limits) = (self.workspace.clone(), self.limits);
+        let taken = tokio::task::spawn_blocking(move || {
+            let st = &mut *state;
+            let picture = scan(ws.root_fd(), None, limits.scan, Some(&mut st.store));
+            st.baseline = match picture {
+                Ok(m) => {
+                    st.store.retain(&m);
+                    let m = Arc::new(m);
+                    st.cache = Some(Arc::clone(&m));
+                    Baseline::Taken(m)
+                }
+                Err(e) => {
+                    st.store.collect();
+                    tracing::warn!(error = %e, "the session's starting point cannot be kept");
+                    Baseline::Failed(e.to_string())
+                }
+            };
+        })
+        .await;
+        if let Err(e) = taken {
+            tracing::warn!(error = %e, "taking the session's starting point failed");
+        }
+    }
+
+    /// Takes a checkpoint of the workspace now.
+    pub async fn create(&self, label: String) -> Result<Created, Error> {
+        let started = Instant::now();
+        let mut state = Arc::clone(&self.state).lock_owned().await;
+        if state.checkpoints.len() >= self.limits.max_checkpoints {
+            return Err(Error::TooMany {
+                limit: self.limits.max_checkpoints,
+            });
+        }
+        let (ws, limits) = (self.workspace.clone(), self.limits);
+        blocking(move || {
+            let st = &mut *state;
+            let before = st.store.bytes();
+            let cache = st.cache.clone();
+            let m = match scan(
+                ws.root_fd(),
+                cache.as_deref(),
+                limits.scan,
+                Some(&mut st.store),
+            ) {
+                Ok(m) => m,
+                Err(e) => {
+                    st.store.collect();
+                    return Err(e.into());
+                }
+            };
+            st.store.retain(&m);
+            let copied_bytes = st.store.bytes() - before;
+            let m = Arc::new(m);
+            st.cache = Some(Arc::clone(&m));
+            let (files, bytes) = m.file_totals();
+            let info = CheckpointInfo {
+                id: new_id(),
+                label,
+                created: SystemTime::now(),
+                files,
+                bytes,
+                own_bytes: st.store.own_bytes(&m),
+                digest: m.digest(),
+            };
+            st.checkpoints.push(Checkpoint {
+                info: info.clone(),
+                manifest: m,
+            });
+            Ok(Created {
+                checkpoint: info,
+                copied_bytes,
+                store_bytes: st.store.bytes(),
+                store_budget: st.store.budget(),
+                duration: started.elapsed(),
+            })
+        })
+        .await
+    }
+
+    /// The checkpoints kept, oldest first.
+    pub async fn list(&self) -> Vec<CheckpointInfo> {
+        let state = self.state.lock().await;
+        state
+            .checkpoints
+            .iter()
+            .map(|c| {
+                let mut info = c.info.clone();
+                info.own_bytes = state.store.own_bytes(&c.manifest);
+                info
+            })
+            .collect()
+    }
+
+    fn find<'s>(state: &'s State, id: &str) -> Result<&'s Checkpoint, Error> {
+        state
+            .checkpoints
+            .iter()
+            .find(|c| c.info.id == id)
+            .ok_or_else(|| Error::NotFound {
+                id: id.to_string(),
+                deleted: state.deleted.contains(id),
+            })
+    }
+
+    /// Deletes a checkpoint; contents no other picture holds are freed.
+    pub async fn delete(&self, id: &str) -> Result<CheckpointInfo, Error> {
+        let mut state = Arc::clone(&self.state).lock_owned().await;
+        Self::find(&state, id)?;
+        let id = id.to_string();
+        blocking(move || {
+            let st = &mut *state;
+            let at = st
+                .checkpoints
+                .iter()
+                .position(|c| c.info.id == id)
+                .expect("found above");
+            let gone = st.checkpoints.remove(at);
+            st.store.release(&gone.manifest);
+            st.deleted.insert(id);
+            Ok(gone.info)
+        })
+        .await
+    }
+
+    /// Brings the workspace back to checkpoint `id`, all or nothing. Waits
+    /// up to `wait` for writes and commands in flight to end.
+    pub async fn restore(&self, id: &str, wait: Duration) -> Result<RestoreOutput, Error> {
+        let started = Instant::now();
+        {
+            let state = self.state.lock().await;
+            Self::find(&state, id)?;
+        }
+        let alone = self.exclusive(wait).await?;
+        let mut state = Arc::clone(&self.state).lock_owned().await;
+        let target = Arc::clone(&Self::find(&state, id)?.manifest);
+        let info = Self::find(&state, id)?.info.clone();
+        let (ws, limits) = (self.workspace.clone(), self.limits);
+        blocking(move || {
+            let _alone = alone;
+            let st = &mut *state;
+            let cache = st.cache.clone();
+            let root = ws.root_fd();
+            let current = scan(root, cache.as_deref(), limits.scan, None)?;
+            let restored = restore::restore(root, &current, &target, &st.store, ws.new_owner())?;
+            // Read back: what the workspace holds now.
+            let after = scan(root, Some(&current), limits.scan, None)?;
+            let digest = after.digest();
+            st.cache = Some(Arc::new(after));
+            Ok(RestoreOutput {
+                checkpoint: info,
+                restored,
+                digest,
+                duration: started.elapsed(),
+            })
+        })
+        .await
+    }
+
+    /// The changes since checkpoint `since` (empty: since the session
+    /// began).
+    pub async fn changes(&self, since: &str, bounds: Bounds) -> Result<ChangesOutput, Error> {
+        let started = Instant::now();
+        let mut state = Arc::clone(&self.state).lock_owned().await;
+        let base = if since.is_empty() {
+            match &state.baseline {
+                Baseline::NotYet => {
+                    return Ok(ChangesOutput {
+                        since: String::new(),
+                        changes: Changes::default(),
+                        digest: String::new(),
+                        duration: started.elapsed(),
+                    });
+                }
+                Baseline::Taken(m) => Arc::clone(m),
+                Baseline::Failed(why) => return Err(Error::NoBaseline(why.clone())),
+            }
+        } else {
+            Arc::clone(&Self::find(&state, since)?.manifest)
+        };
+        let (ws, limits, since) = (self.workspace.clone(), self.limits, since.to_string());
+        blocking(move || {
+            let st = &mut *state;
+            let cache = st.cache.clone();
+            let root = ws.root_fd();
+            let now = scan(root, cache.as_deref(), limits.scan, None)?;
+            let changes =
+                changes::changes(root, &base, &now, &st.store, bounds).map_err(|source| {
+                    Error::Io {
+                        op: "read the changed files",
+                        source,
+                    }
+                })?;
+            let digest = now.digest();
+            st.cache = Some(Arc::new(now));
+            Ok(ChangesOutput {
+                since,
+                changes,
+                digest,
+                duration: started.elapsed(),
+            })
+        })
+        .await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Io {
+            op: "run the history task",
+            source: std::io::Error::other(e.to_string()),
+        })?
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..12].to_string()
+}

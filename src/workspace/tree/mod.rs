@@ -1,0 +1,519 @@
+//! Whole-tree pictures of a workspace: what every file, directory and
+//! symlink holds at one moment ([`Manifest`]), the content-addressed store
+//! that keeps the bytes a picture needs ([`store`]), bringing a workspace
+//! back to a picture ([`restore`]) and the difference of two pictures as a
+//! listing and a patch ([`changes`]).
+//!
+//! A scan reads the tree through directory fds, one component at a time,
+//! never following a symlink (a command may plant or swap them while we
+//! look). It is bounded whatever a command built: [`ScanLimits`] on depth
+//! and entries, past which it is refused naming the place.
+//!
+//! Hashing every file on every scan would cost a full read of the tree. A
+//! scan is instead given an earlier picture as a cache: a file whose device,
+//! inode, size, mtime and ctime are those recorded reuses the recorded hash.
+//! A command can set mtime, but not ctime: the kernel sets it to the
+//! current time on every change. A recorded hash is trusted only when the
+//! file's ctime was already well before the earlier scan began (as git
+//! treats "racily clean" entries), so a file changed twice within one clock
+//! tick around a scan is read again, never taken for unchanged.
+
+pub mod changes;
+pub mod restore;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use sha2::{Digest, Sha256};
+
+use store::Store;
+
+/// A sha256 digest.
+pub type Hash = [u8; 32];
+
+/// Mode bits a picture records: set-id and sticky bits are neither
+/// recorded nor restored (a restored file never becomes a set-id file, and
+/// a restore never touches those bits).
+pub const KEPT_MODE: u32 = 0o777;
+
+/// What identifies one version of a file on disk, as `stat` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl Stamp {
+    fn of(st: &rustix::fs::Stat) -> Stamp {
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec as u64),
+            ctime: (st.st_ctime, st.st_ctime_nsec as u64),
+        }
+    }
+}
+
+/// One entry of a picture.
+#[derive(Debug, Clone)]
+pub enum Node {
+    /// A directory and its permission bits.
+    Dir {
+        /// Permission bits ([`KEPT_MODE`]).
+        mode: u32,
+    },
+    /// A regular file.
+    File {
+        /// Permission bits ([`KEPT_MODE`]).
+        mode: u32,
+        /// Size in bytes.
+        size: u64,
+        /// sha256 of the contents.
+        sha256: Hash,
+        /// The version of the file the hash was taken from.
+        stamp: Stamp,
+    },
+    /// A symlink (never followed) and its target.
+    Symlink {
+        /// The target, as stored.
+        target: Vec<u8>,
+    },
+    /// A fifo, socket or device node: listed so that a restore removes it,
+    /// never kept.
+    Special,
+}
+
+impl Node {
+    /// Same kind, mode and contents (the stamp is not compared).
+    pub fn same(&self, other: &Node) -> bool {
+        match (self, other) {
+            (Node::Dir { mode: a }, Node::Dir { mode: b }) => a == b,
+            (
+                Node::File {
+                    mode: ma,
+                    sha256: ha,
+                    ..
+                },
+                Node::File {
+                    mode: mb,
+                    sha256: hb,
+                    ..
+                },
+            ) => ma == mb && ha == hb,
+            (Node::Symlink { target: a }, Node::Symlink { target: b }) => a == b,
+            (Node::Special, Node::Special) => true,
+            _ => false,
+        }
+    }
+
+    /// Same kind and contents; modes may differ.
+    pub fn same_contents(&self, other: &Node) -> bool {
+        match (self, other) {
+            (Node::Dir { .. }, Node::Dir { .. }) => true,
+            (Node::File { sha256: a, .. }, Node::File { sha256: b, .. }) => a == b,
+            _ => self.same(other),
+        }
+    }
+
+    fn kind_byte(&self) -> u8 {
+        match self {
+            Node::Dir { .. } => b'd',
+            Node::File { .. } => b'f',
+            Node::Symlink { .. } => b'l',
+            Node::Special => b's',
+        }
+    }
+}
+
+/// A picture of a whole tree: every entry by its workspace-relative path
+/// (bytes, `/`-separated; names need not be UTF-8).
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    /// Entries in byte order of their paths (a directory before anything
+    /// under it).
+    pub entries: BTreeMap<Vec<u8>, Node>,
+    /// The real-time clock when the scan began (seconds, nanoseconds).
+    pub started: (i64, u64),
+}
+
+impl Manifest {
+    /// A hex sha256 over every entry's path, kind, mode and contents: two
+    /// trees with the same digest hold the same files, bytes, modes and
+    /// symlinks.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        for (path, node) in &self.entries {
+            h.update((path.len() as u64).to_le_bytes());
+            h.update(path);
+            h.update([node.kind_byte()]);
+            match node {
+                Node::Dir { mode } => h.update(mode.to_le_bytes()),
+                Node::File { mode, sha256, .. } => {
+                    h.update(mode.to_le_bytes());
+                    h.update(sha256);
+                }
+                Node::Symlink { target } => {
+                    h.update((target.len() as u64).to_le_bytes());
+                    h.update(target);
+                }
+                Node::Special => {}
+            }
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// Regular files, and the bytes they hold.
+    pub fn file_totals(&self) -> (u64, u64) {
+        self.entries
+            .values()
+            .fold((0, 0), |(n, bytes), node| match node {
+                Node::File { size, .. } => (n + 1, bytes + size),
+                _ => (n, bytes),
+            })
+    }
+
+    /// The picture as kept: special files dropped.
+    fn kept(mut self) -> Manifest {
+        self.entries
+            .retain(|_, node| !matches!(node, Node::Special));
+        self
+    }
+
+    /// The hash recorded for `path` if the file on disk (`stamp`) is
+    /// provably the version it was taken from (see the module's docs).
+    fn cached(&self, path: &[u8], stamp: &Stamp) -> Option<Hash> {
+        match self.entries.get(path) {
+            Some(Node::File {
+                sha256, stamp: was, ..
+            }) if was == stamp && settled(stamp.ctime, self.started) => Some(*sha256),
+            _ => None,
+        }
+    }
+}
+
+/// A file's ctime is settled when it is more than a second before `scan`:
+/// no write after the scan began can have left it that old.
+fn settled(ctime: (i64, u64), scan: (i64, u64)) -> bool {
+    ctime.0.saturating_add(1) < scan.0
+}
+
+/// Bounds of one scan.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanLimits {
+    /// Deepest directory level entered (the root is level 0).
+    pub max_depth: usize,
+    /// Most entries of the whole tree.
+    pub max_entries: usize,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits {
+            max_depth: 256,
+            max_entries: 1_000_000,
+        }
+    }
+}
+
+/// Why a scan stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// A directory lies deeper than [`ScanLimits::max_depth`].
+    #[error("{path} lies deeper than {limit} directory levels")]
+    TooDeep {
+        /// The first directory found too deep.
+        path: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// The tree holds more than [`ScanLimits::max_entries`] entries.
+    #[error("the workspace holds more than {limit} files and directories")]
+    TooMany {
+        /// The bound.
+        limit: usize,
+    },
+    /// An entry could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// Workspace-relative path.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The store could not keep a file's contents.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// A path for messages: bytes shown as UTF-8, invalid sequences replaced.
+pub fn show(path: &[u8]) -> String {
+    if path.is_empty() {
+        ".".to_string()
+    } else {
+        String::from_utf8_lossy(path).into_owned()
+    }
+}
+
+fn io_err(path: &[u8]) -> impl FnOnce(io::Error) -> ScanError + '_ {
+    move |source| ScanError::Io {
+        path: show(path),
+        source,
+    }
+}
+
+fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(parent.len() + 1 + name.len());
+    if !parent.is_empty() {
+        p.extend_from_slice(parent);
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+/// The real-time clock now.
+fn now() -> (i64, u64) {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.as_secs() as i64, u64::from(t.subsec_nanos()))
+}
+
+/// The names in directory `dir`, sorted, `.` and `..` left out.
+fn names(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(name.to_vec());
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Opens directory `name` of `dir` for reading, never following a symlink.
+pub(crate) fn open_dir(dir: &OwnedFd, name: &[u8]) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(
+        dir,
+        OsStr::from_bytes(name),
+        flags,
+        Mode::empty(),
+    )?)
+}
+
+/// Opens the regular file `name` of `dir` for reading, never following a
+/// symlink; `O_NONBLOCK` keeps a fifo swapped in from hanging the open.
+pub(crate) fn open_file(dir: &OwnedFd, name: &[u8]) -> io::Result<File> {
+    let flags =
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = rustix::fs::openat(dir, OsStr::from_bytes(name), flags, Mode::empty())?;
+    Ok(File::from(fd))
+}
+
+/// sha256 of everything `src` yields.
+pub fn hash_reader(src: &mut impl Read) -> io::Result<(Hash, u64)> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((h.finalize().into(), total))
+}
+
+/// One directory being scanned.
+struct Frame {
+    fd: OwnedFd,
+    path: Vec<u8>,
+    names: std::vec::IntoIter<Vec<u8>>,
+    depth: usize,
+}
+
+/// Scans the tree under `root` (a directory fd, `O_PATH` is enough).
+///
+/// `cache` is an earlier picture whose hashes may be reused (see the
+/// module's docs). With a `store`, the contents of every file are kept in
+/// it, and the picture returned is the kept one (special files dropped).
+pub fn scan(
+    root: &OwnedFd,
+    cache: Option<&Manifest>,
+    limits: ScanLimits,
+    mut store: Option<&mut Store>,
+) -> Result<Manifest, ScanError> {
+    let started = now();
+    let mut entries = BTreeMap::new();
+    let top = open_dir(root, b".").map_err(io_err(b""))?;
+    let root_dev = rustix::fs::fstat(&top)
+        .map_err(|e| io_err(b"")(e.into()))?
+        .st_dev;
+    let mut stack = vec![Frame {
+        names: names(&top).map_err(io_err(b""))?.into_iter(),
+        fd: top,
+        path: Vec::new(),
+        depth: 0,
+    }];
+    let mut held = stack[0].names.len();
+    while let Some(frame) = stack.last_mut() {
+        let Some(name) = frame.names.next() else {
+            stack.pop();
+            continue;
+        };
+        held -= 1;
+        if entries.len() >= limits.max_entries {
+            return Err(ScanError::TooMany {
+                limit: limits.max_entries,
+            });
+        }
+        let path = join(&frame.path, &name);
+        let st = match rustix::fs::statat(
+            &frame.fd,
+            OsStr::from_bytes(&name),
+            AtFlags::SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            // Removed since the listing: it is not in the picture.
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(io_err(&path)(e.into())),
+        };
+        let node = match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => {
+                // Another filesystem mounted inside (only the host can do
+                // that) is not the workspace's: left out, never entered.
+                if st.st_dev != root_dev {
+                    continue;
+                }
+                if frame.depth + 1 > limits.max_depth {
+                    return Err(ScanError::TooDeep {
+                        path: show(&path),
+                        limit: limits.max_depth,
+                    });
+                }
+                let fd = match open_dir(&frame.fd, &name) {
+                    Ok(fd) => fd,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(io_err(&path)(e)),
+                };
+                let st = rustix::fs::fstat(&fd).map_err(|e| io_err(&path)(e.into()))?;
+                let children = names(&fd).map_err(io_err(&path))?;
+                held += children.len();
+                if held + entries.len() > limits.max_entries.saturating_mul(2) {
+                    return Err(ScanError::TooMany {
+                        limit: limits.max_entries,
+                    });
+                }
+                let depth = frame.depth + 1;
+                entries.insert(
+                    path.clone(),
+                    Node::Dir {
+                        mode: st.st_mode & KEPT_MODE,
+                    },
+                );
+                stack.push(Frame {
+                    fd,
+                    path,
+                    names: children.into_iter(),
+                    depth,
+                });
+                continue;
+            }
+            FileType::RegularFile => {
+                match file_node(&frame.fd, &name, &path, &st, cache, store.as_deref_mut())? {
+                    Some(node) => node,
+                    None => continue,
+                }
+            }
+            FileType::Symlink => {
+                match rustix::fs::readlinkat(&frame.fd, OsStr::from_bytes(&name), Vec::new()) {
+                    Ok(target) => Node::Symlink {
+                        target: target.into_bytes(),
+                    },
+                    Err(rustix::io::Errno::NOENT) => continue,
+                    Err(e) => return Err(io_err(&path)(e.into())),
+                }
+            }
+            _ => Node::Special,
+        };
+        entries.insert(path, node);
+    }
+    let manifest = Manifest { entries, started };
+    Ok(if store.is_some() {
+        manifest.kept()
+    } else {
+        manifest
+    })
+}
+
+/// The node of the regular file `name` (`None`: it vanished).
+fn file_node(
+    dir: &OwnedFd,
+    name: &[u8],
+    path: &[u8],
+    st: &rustix::fs::Stat,
+    cache: Option<&Manifest>,
+    store: Option<&mut Store>,
+) -> Result<Option<Node>, ScanError> {
+    let stamp = Stamp::of(st);
+    let mode = st.st_mode & KEPT_MODE;
+    let cached = cache.and_then(|c| c.cached(path, &stamp));
+    let sha256 = match (cached, store) {
+        (Some(hash), None) => hash,
+        (Some(hash), Some(store)) if store.contains(&hash) => hash,
+        (_, store) => {
+            let mut file = match open_file(dir, name) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(io_err(path)(e)),
+            };
+            // What was opened is what is described: a file swapped in since
+            // the stat gets the stamp and mode of the one read.
+            let st = rustix::fs::fstat(&file).map_err(|e| io_err(path)(e.into()))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                return Ok(Some(Node::Special));
+            }
+            let (hash, size) = match store {
+                Some(store) => store.put(&mut file).map_err(|e| match e {
+                    store::Error::Read(source) => io_err(path)(source),
+                    e => ScanError::Store(e),
+                })?,
+                None => hash_reader(&mut file).map_err(io_err(path))?,
+            };
+            let mut stamp = Stamp::of(&st);
+            stamp.size = size;
+            return Ok(Some(Node::File {
+                mode: st.st_mode & KEPT_MODE,
+                size,
+                sha256: hash,
+                stamp,
+            }));
+        }
+    };
+    Ok(Some(Node::File {
+        mode,
+        size: stamp.size,
+        sha256,
+        stamp,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

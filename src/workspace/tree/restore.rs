@@ -1,0 +1,440 @@
+//! Bringing a workspace back to a picture, all or nothing.
+//!
+//! Only what differs is touched. First every file and symlink to be
+//! written is staged, from the store, in a directory of the service's own
+//! inside the workspace (same filesystem, so a rename places it): a restore
+//! that fails there (no space, a content missing) has changed nothing.
+//! Then come the steps that change the tree, each one a rename, mkdir or
+//! chmod recorded with its inverse: what is removed is renamed into the
+//! staging directory, what is replaced is exchanged with its staged copy
+//! (`RENAME_EXCHANGE`). If a step fails, the steps done are undone in
+//! reverse, and the workspace is as it was. The staging directory, with
+//! everything removed or replaced, is deleted at the end.
+//!
+//! Every step works through directory fds opened one component at a time
+//! without following symlinks: a process that swaps a directory for a
+//! symlink meanwhile makes the restore fail (and undo), never write outside.
+
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, Gid, Mode, OFlags, RenameFlags, Uid};
+
+use super::store::Store;
+use super::{Manifest, Node, open_dir, show};
+use crate::workspace::remove::remove_tree_at;
+
+/// What a restore did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Files and symlinks written (created or replaced).
+    pub written: u64,
+    /// Entries removed (a directory counts once, with all it held).
+    pub removed: u64,
+    /// Directories created.
+    pub dirs_made: u64,
+    /// Entries whose mode alone changed.
+    pub modes: u64,
+}
+
+/// Why a restore changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {op} {path}: {source}")]
+pub struct Error {
+    /// The step that failed.
+    pub op: &'static str,
+    /// Workspace-relative path.
+    pub path: String,
+    /// The OS error.
+    pub source: io::Error,
+}
+
+fn fail<'p>(op: &'static str, path: &'p [u8]) -> impl FnOnce(io::Error) -> Error + 'p {
+    move |source| Error {
+        op,
+        path: show(path),
+        source,
+    }
+}
+
+fn errno<'p>(op: &'static str, path: &'p [u8]) -> impl FnOnce(rustix::io::Errno) -> Error + 'p {
+    move |e| fail(op, path)(e.into())
+}
+
+/// One step that changes what is to be changed.
+enum Step<'a> {
+    Remove(&'a [u8]),
+    MakeDir(&'a [u8]),
+    /// Place the staged entry `n` at the path (nothing is there).
+    Place(&'a [u8], usize),
+    /// Swap the staged entry `n` with what is at the path.
+    Exchange(&'a [u8], usize),
+    Chmod(&'a [u8], u32),
+}
+
+/// A step done, and how to undo it.
+enum Done {
+    Trashed { path: Vec<u8>, trash: String },
+    Made { path: Vec<u8> },
+    Placed { path: Vec<u8>, staged: String },
+    Exchanged { path: Vec<u8>, staged: String },
+    Chmod { path: Vec<u8>, mode: u32 },
+}
+
+/// Brings the tree under `root` (whose picture is `current`, just taken)
+/// to `target` (a kept picture whose contents are all in `store`). New
+/// entries are owned by `owner` when given.
+pub fn restore(
+    root: &OwnedFd,
+    current: &Manifest,
+    target: &Manifest,
+    store: &Store,
+    owner: Option<(u32, u32)>,
+) -> Result<Restored, Error> {
+    let (steps, staged, mut stats) = plan(current, target);
+    if steps.is_empty() {
+        return Ok(stats);
+    }
+    let stage_name = format!(".sandboxd-restore.{:016x}", rand_u64());
+    rustix::fs::mkdirat(root, stage_name.as_str(), Mode::from_raw_mode(0o700))
+        .map_err(errno("create the staging directory", stage_name.as_bytes()))?;
+    let result = (|| {
+        let stage = open_dir(root, stage_name.as_bytes())
+            .map_err(fail("open the staging directory", stage_name.as_bytes()))?;
+        for (n, (path, node)) in staged.iter().enumerate() {
+            stage_one(&stage, n, path, node, store, owner)?;
+        }
+        let mut undo = Vec::new();
+        let applied = apply(root, &stage, &steps, owner, &mut undo);
+        if let Err(e) = applied {
+            rollback(root, &stage, undo);
+            return Err(e);
+        }
+        Ok(())
+    })();
+    // Everything removed or replaced now lives there; a failed restore
+    // left only staged copies.
+    let _ = remove_tree_at(root, OsStr::new(&stage_name));
+    result?;
+    stats.written = staged.len() as u64;
+    Ok(stats)
+}
+
+/// The steps from `current` to `target`, the entries to stage (by index),
+/// and the counts of removals, directories and mode changes.
+fn plan<'a>(
+    current: &'a Manifest,
+    target: &'a Manifest,
+) -> (Vec<Step<'a>>, Vec<(&'a [u8], &'a Node)>, Restored) {
+    let mut steps = Vec::new();
+    let mut staged = Vec::new();
+    let mut stats = Restored::default();
+    // Removals first, only the topmost of a removed tree.
+    let mut removed: HashSet<&[u8]> = HashSet::new();
+    for (path, node) in &current.entries {
+        let path = path.as_slice();
+        if ancestors(path).any(|a| removed.contains(a)) {
+            continue;
+        }
+        let goes = match target.entries.get(path) {
+            None => true,
+            Some(want) => !same_kind(node, want),
+        };
+        if goes {
+            removed.insert(path);
+            steps.push(Step::Remove(path));
+            stats.removed += 1;
+        }
+    }
+    let mut dir_modes = Vec::new();
+    for (path, want) in &target.entries {
+        let path = path.as_slice();
+        let have = current
+            .entries
+            .get(path)
+            .filter(|_| !removed.contains(path) && !ancestors(path).any(|a| removed.contains(a)));
+        match (want, have) {
+            (Node::Dir { mode }, None) => {
+                steps.push(Step::MakeDir(path));
+                dir_modes.push((path, *mode));
+                stats.dirs_made += 1;
+            }
+            (Node::Dir { mode }, Some(Node::Dir { mode: had })) => {
+                if mode != had {
+                    dir_modes.push((path, *mode));
+                    stats.modes += 1;
+                }
+            }
+            (Node::File { .. } | Node::Symlink { .. }, None) => {
+                steps.push(Step::Place(path, staged.len()));
+                staged.push((path, want));
+            }
+            (_, Some(have)) if !want.same_contents(have) => {
+                steps.push(Step::Exchange(path, staged.len()));
+                staged.push((path, want));
+            }
+            (Node::File { mode, .. }, Some(Node::File { mode: had, .. })) if mode != had => {
+                steps.push(Step::Chmod(path, *mode));
+                stats.modes += 1;
+            }
+            _ => {}
+        }
+    }
+    // Directory modes last, deepest first: a directory made read-only
+    // before its contents are placed would refuse them.
+    dir_modes.sort_by(|a, b| b.0.cmp(a.0));
+    steps.extend(dir_modes.into_iter().map(|(p, m)| Step::Chmod(p, m)));
+    (steps, staged, stats)
+}
+
+fn same_kind(a: &Node, b: &Node) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b) && !matches!(a, Node::Special)
+}
+
+/// Proper ancestors of `path`, nearest last.
+fn ancestors(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .map(move |(i, _)| &path[..i])
+}
+
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (b"", path),
+    }
+}
+
+/// Opens directory `path` beneath `root`, one component at a time, never
+/// following a symlink.
+fn open_path(root: &OwnedFd, path: &[u8]) -> io::Result<OwnedFd> {
+    let mut dir = open_dir(root, b".")?;
+    for name in path.split(|b| *b == b'/').filter(|c| !c.is_empty()) {
+        dir = open_dir(&dir, name)?;
+    }
+    Ok(dir)
+}
+
+/// The parent directories of consecutive steps are mostly the same one:
+/// it is opened once.
+struct Parents<'r> {
+    root: &'r OwnedFd,
+    last: Option<(Vec<u8>, OwnedFd)>,
+}
+
+impl Parents<'_> {
+    fn of<'p>(&mut self, path: &'p [u8]) -> io::Result<(&OwnedFd, &'p [u8])> {
+        let (parent, name) = split(path);
+        let hit = matches!(&self.last, Some((p, _)) if p == parent);
+        if !hit {
+            self.last = Some((parent.to_vec(), open_path(self.root, parent)?));
+        }
+        let fd = &self.last.as_ref().expect("set above").1;
+        Ok((fd, name))
+    }
+
+    /// Forgets the cached directory (after a step that may have replaced it).
+    fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
+fn stage_one(
+    stage: &OwnedFd,
+    n: usize,
+    path: &[u8],
+    node: &Node,
+    store: &Store,
+    owner: Option<(u32, u32)>,
+) -> Result<(), Error> {
+    let name = n.to_string();
+    let chown = |fd: &File| -> io::Result<()> {
+        if let Some((uid, gid)) = owner {
+            rustix::fs::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
+        }
+        Ok(())
+    };
+    match node {
+        Node::File { mode, sha256, .. } => {
+            let mut src = store
+                .open(sha256)
+                .map_err(fail("find the kept contents of", path))?;
+            let flags =
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = rustix::fs::openat(stage, name.as_str(), flags, Mode::from_raw_mode(0o600))
+                .map_err(errno("stage", path))?;
+            let mut dst = File::from(fd);
+            io::copy(&mut src, &mut dst).map_err(fail("stage", path))?;
+            chown(&dst).map_err(fail("give its owner to", path))?;
+            rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode & super::KEPT_MODE))
+                .map_err(errno("set the mode of", path))?;
+        }
+        Node::Symlink { target } => {
+            rustix::fs::symlinkat(OsStr::from_bytes(target), stage, name.as_str())
+                .map_err(errno("stage", path))?;
+            if let Some((uid, gid)) = owner {
+                rustix::fs::chownat(
+                    stage,
+                    name.as_str(),
+                    Some(Uid::from_raw(uid)),
+                    Some(Gid::from_raw(gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(errno("give its owner to", path))?;
+            }
+        }
+        Node::Dir { .. } | Node::Special => {}
+    }
+    Ok(())
+}
+
+fn apply(
+    root: &OwnedFd,
+    stage: &OwnedFd,
+    steps: &[Step<'_>],
+    owner: Option<(u32, u32)>,
+    undo: &mut Vec<Done>,
+) -> Result<(), Error> {
+    let mut parents = Parents { root, last: None };
+    let mut trash = 0usize;
+    for step in steps {
+        match *step {
+            Step::Remove(path) => {
+                let (dir, name) = parents
+                    .of(path)
+                    .map_err(fail("open the directory of", path))?;
+                trash += 1;
+                let to = format!("trash.{trash}");
+                rustix::fs::renameat(dir, OsStr::from_bytes(name), stage, to.as_str())
+                    .map_err(errno("remove", path))?;
+                undo.push(Done::Trashed {
+                    path: path.to_vec(),
+                    trash: to,
+                });
+                // A removed directory may have been the cached parent.
+                parents.forget();
+            }
+            Step::MakeDir(path) => {
+                let (dir, name) = parents
+                    .of(path)
+                    .map_err(fail("open the directory of", path))?;
+                let name = OsStr::from_bytes(name);
+                rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
+                    .map_err(errno("create the directory", path))?;
+                undo.push(Done::Made {
+                    path: path.to_vec(),
+                });
+                if let Some((uid, gid)) = owner {
+                    rustix::fs::chownat(
+                        dir,
+                        name,
+                        Some(Uid::from_raw(uid)),
+                        Some(Gid::from_raw(gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .map_err(errno("give its owner to", path))?;
+                }
+            }
+            Step::Place(path, n) | Step::Exchange(path, n) => {
+                let exchange = matches!(step, Step::Exchange(..));
+                let (dir, name) = parents
+                    .of(path)
+                    .map_err(fail("open the directory of", path))?;
+                let staged = n.to_string();
+                let flags = if exchange {
+                    RenameFlags::EXCHANGE
+                } else {
+                    RenameFlags::NOREPLACE
+                };
+                rustix::fs::renameat_with(
+                    stage,
+                    staged.as_str(),
+                    dir,
+                    OsStr::from_bytes(name),
+                    flags,
+                )
+                .map_err(errno("write", path))?;
+                let path = path.to_vec();
+                undo.push(if exchange {
+                    Done::Exchanged { path, staged }
+                } else {
+                    Done::Placed { path, staged }
+                });
+            }
+            Step::Chmod(path, mode) => {
+                let (dir, name) = parents
+                    .of(path)
+                    .map_err(fail("open the directory of", path))?;
+                let name = OsStr::from_bytes(name);
+                let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(errno("read the mode of", path))?;
+                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty())
+                    .map_err(errno("set the mode of", path))?;
+                undo.push(Done::Chmod {
+                    path: path.to_vec(),
+                    mode: st.st_mode & 0o7777,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes `done`, newest first. Best effort: each inverse is a rename,
+/// rmdir or chmod of what the step itself made.
+fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) {
+    let mut parents = Parents { root, last: None };
+    for step in done.into_iter().rev() {
+        let result: io::Result<()> = (|| match &step {
+            Done::Trashed { path, trash } => {
+                let (dir, name) = parents.of(path)?;
+                rustix::fs::renameat(stage, trash.as_str(), dir, OsStr::from_bytes(name))?;
+                Ok(())
+            }
+            Done::Made { path } => {
+                let (dir, name) = parents.of(path)?;
+                rustix::fs::unlinkat(dir, OsStr::from_bytes(name), AtFlags::REMOVEDIR)?;
+                Ok(())
+            }
+            Done::Placed { path, staged } => {
+                let (dir, name) = parents.of(path)?;
+                rustix::fs::renameat(dir, OsStr::from_bytes(name), stage, staged.as_str())?;
+                Ok(())
+            }
+            Done::Exchanged { path, staged } => {
+                let (dir, name) = parents.of(path)?;
+                rustix::fs::renameat_with(
+                    stage,
+                    staged.as_str(),
+                    dir,
+                    OsStr::from_bytes(name),
+                    RenameFlags::EXCHANGE,
+                )?;
+                Ok(())
+            }
+            Done::Chmod { path, mode } => {
+                let (dir, name) = parents.of(path)?;
+                rustix::fs::chmodat(
+                    dir,
+                    OsStr::from_bytes(name),
+                    Mode::from_raw_mode(*mode),
+                    AtFlags::empty(),
+                )?;
+                Ok(())
+            }
+        })();
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "cannot undo a step of a failed restore");
+        }
+        parents.forget();
+    }
+}
+
+fn rand_u64() -> u64 {
+    uuid::Uuid::new_v4().as_u64_pair().0
+}
