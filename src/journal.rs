@@ -166,6 +166,8 @@ pub struct Report {
     pub plan: Option<PlanCheck>,
     /// Present when a verification command was named.
     pub verification: Option<Verification>,
+    /// The session's checkpoints (the session fills them in).
+    pub checkpoints: Vec<crate::workspace::history::CheckpointInfo>,
 }
 
 #[derive(Debug, Default)]
@@ -305,6 +307,21 @@ impl Journal {
             };
             push_capped(&mut st.refused, refusal);
         }
+        self.append(entry, None, None);
+    }
+
+    /// Records a call that changed the workspace as a whole (a restore):
+    /// a verification must run after it to count.
+    pub fn changed_tree(
+        &self,
+        tool: &'static str,
+        summary: &str,
+        started: Instant,
+        detail: String,
+    ) {
+        let seq = self.next_seq();
+        let entry = Self::entry(seq, tool, summary, started, Outcome::Ok { detail });
+        self.state().last_write = Some(seq);
         self.append(entry, None, None);
     }
 
@@ -456,6 +473,7 @@ impl Journal {
             touched: st.touched.iter().cloned().collect(),
             plan,
             verification,
+            checkpoints: Vec::new(),
         }
     }
 }

@@ -198,4 +198,69 @@ impl Sandbox for SandboxService {
             message,
         }))
     }
+
+    async fn get_changes(
+        &self,
+        req: Request<pb::GetChangesRequest>,
+    ) -> Reply<pb::GetChangesResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session
+            .changes(&r.since_checkpoint, r.max_patch_bytes)
+            .await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn create_checkpoint(
+        &self,
+        req: Request<pb::CreateCheckpointRequest>,
+    ) -> Reply<pb::CreateCheckpointResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session.create_checkpoint(r.label).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn list_checkpoints(
+        &self,
+        req: Request<pb::ListCheckpointsRequest>,
+    ) -> Reply<pb::ListCheckpointsResponse> {
+        let session = self.registry.get(&req.into_inner().session_id)?;
+        let checkpoints = session
+            .list_checkpoints()
+            .await
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(pb::ListCheckpointsResponse { checkpoints }))
+    }
+
+    async fn restore_checkpoint(
+        &self,
+        req: Request<pb::RestoreCheckpointRequest>,
+    ) -> Reply<pb::RestoreCheckpointResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let out = session
+            .restore_checkpoint(&r.checkpoint_id, r.stop_commands)
+            .await?;
+        Ok(Response::new(out.into()))
+    }
+
+    async fn delete_checkpoint(
+        &self,
+        req: Request<pb::DeleteCheckpointRequest>,
+    ) -> Reply<pb::DeleteCheckpointResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let gone = session.delete_checkpoint(&r.checkpoint_id).await?;
+        let message = format!(
+            "deleted checkpoint {}; {} bytes of contents only it held were freed",
+            gone.id, gone.own_bytes
+        );
+        Ok(Response::new(pb::DeleteCheckpointResponse {
+            checkpoint: Some(gone.into()),
+            message,
+        }))
+    }
 }

@@ -16,6 +16,8 @@
 //!   which run as an unprivileged user, see root's files as their own, and
 //!   what they create is stored as root's, so the checkout keeps one owner.
 //! - `run/<id>`: the socket directory of a session's supervisor.
+//! - `history/<id>`: the kept contents of a session's checkpoints and of
+//!   its starting point, out of reach of its commands.
 //!
 //! The engine is only ever handed the mount point, a path whose every
 //! component belongs to the service, and [`Volume::verify`] checks before
@@ -110,6 +112,7 @@ struct Inner {
     images: Dir,
     pins: Dir,
     run: Dir,
+    history: Dir,
     /// The service may mount: fresh workspaces get their own filesystem
     /// (with a quota) and existing directories can be pinned.
     can_mount: bool,
@@ -155,6 +158,7 @@ impl Volumes {
                 images: state.subdir("volumes")?,
                 pins: state.subdir("pins")?,
                 run: state.subdir("run")?,
+                history: state.subdir("history")?,
                 can_mount,
             }),
         })
@@ -175,6 +179,16 @@ impl Volumes {
     /// plain directory. Blocking.
     pub fn fresh(&self, id: &str, quota: Quota, owner: (u32, u32)) -> Result<Volume, Error> {
         check_id(id)?;
+        // An inode table must fit in the filesystem: a small disk quota
+        // holds at most one inode per 4 KiB (the default count is meant
+        // for the default size).
+        let quota = Quota {
+            inodes: quota
+                .inodes
+                .min(quota.disk_bytes.max(MIN_DISK_BYTES) / 4096)
+                .max(MIN_INODES),
+            ..quota
+        };
         let inner = &self.inner;
         let path = inner.workspaces.path.join(id);
         let mut volume = Volume {
@@ -359,6 +373,26 @@ impl Volumes {
         }
     }
 
+    /// The history directory of session `id`, empty and made now (mode
+    /// 0700, the service's own), opened for reading; removed with the
+    /// session's volume. Blocking.
+    pub fn history_dir(&self, id: &str) -> io::Result<OwnedFd> {
+        check_id(id).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let history = &self.inner.history.fd;
+        // Whatever an earlier session of this id left there is not ours.
+        match remove_tree_at(history, std::ffi::OsStr::new(id)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        rustix::fs::mkdirat(history, id, Mode::from_raw_mode(0o700))?;
+        Ok(rustix::fs::openat(
+            history,
+            id,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)
+    }
+
     /// Removes every volume, pin and socket directory whose id is not in
     /// `live` (what an earlier instance of the service left behind).
     /// Containers that used them must be gone first. Blocking.
@@ -403,8 +437,10 @@ impl Volumes {
         for name in stale(&inner.images) {
             let _ = rustix::fs::unlinkat(&inner.images.fd, name.as_str(), AtFlags::empty());
         }
-        for id in stale(&inner.run) {
-            let _ = remove_tree_at(&inner.run.fd, std::ffi::OsStr::new(&id));
+        for dir in [&inner.run, &inner.history] {
+            for id in stale(dir) {
+                let _ = remove_tree_at(&dir.fd, std::ffi::OsStr::new(&id));
+            }
         }
         removed
     }
@@ -644,8 +680,13 @@ impl Volume {
     }
 
     /// Unmounts and removes the volume: for a fresh workspace, everything
-    /// in it; for a pin, only the pin (the lent directory stays). Blocking.
+    /// in it; for a pin, only the pin (the lent directory stays). The
+    /// session's history goes with it. Blocking.
     pub fn remove(&self) -> io::Result<()> {
+        match remove_tree_at(&self.inner.history.fd, std::ffi::OsStr::new(&self.id)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
         let dir = self.dir();
         if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
             // Detached, so a straggler holding it open cannot make this

@@ -79,6 +79,23 @@ pub enum Verb {
     /// toolchain, built with network, run without.
     #[command(subcommand)]
     Env(super::env::EnvCommand),
+    /// Print what changed in the workspace since the session began (or
+    /// since a checkpoint) as a patch `git apply` takes: `sandboxd diff >
+    /// fix.patch`. Exits 1 when changes are missing from it.
+    Diff {
+        /// Compare with this checkpoint instead of the session's start.
+        #[arg(long, default_value = "")]
+        since: String,
+        /// Bytes of patch at most (0: server default, 1 MiB).
+        #[arg(long, default_value_t = 0)]
+        max_bytes: u64,
+        /// List the changed paths (A/M/D) instead of the patch.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Take, list, restore and delete checkpoints of the workspace.
+    #[command(subcommand)]
+    Checkpoint(super::checkpoint::CheckpointCommand),
     /// Print lines of a file, numbered.
     Read {
         /// Workspace-relative path.
@@ -350,6 +367,19 @@ async fn call(
                 }
             }),
         Verb::Env(cmd) => super::env::call(&mut c, cmd, con).await,
+        Verb::Diff {
+            since,
+            max_bytes,
+            stat,
+        } => {
+            let diffed =
+                super::checkpoint::diff(&mut c, need_session()?, since, max_bytes, stat, con).await;
+            match diffed {
+                Ok(super::checkpoint::Diffed::Cut) => return Ok(ExitCode::from(EXIT_FAILURE)),
+                other => other.map(|_| ()),
+            }
+        }
+        Verb::Checkpoint(cmd) => super::checkpoint::call(&mut c, need_session()?, cmd, con).await,
         Verb::Session(SessionCommand::Get { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;
             c.get_session(pb::GetSessionRequest { session_id })

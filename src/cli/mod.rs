@@ -7,9 +7,11 @@
 //! loopback port and a client of the same user finds), `image`, `client`
 //! (the client verbs), `connect` (reaching the service), `print` (showing
 //! replies), `terminal` (neutralising what reaches a terminal), `env`
-//! (environments), `demo` and `bench`. The library never depends on any of it.
+//! (environments), `checkpoint` (changes and checkpoints), `demo` and
+//! `bench`. The library never depends on any of it.
 
 pub mod bench;
+mod checkpoint;
 pub mod client;
 mod connect;
 pub mod demo;
@@ -82,8 +84,8 @@ pub enum Command {
         #[arg(long)]
         user: Option<String>,
     },
-    /// The client verbs: `run`, `session`, `env`, `read`, `create`, `edit`,
-    /// `ls`, `find`, `report`, `grep`.
+    /// The client verbs: `run`, `session`, `env`, `diff`, `checkpoint`,
+    /// `read`, `create`, `edit`, `ls`, `find`, `report`, `grep`.
     #[command(flatten)]
     Client(client::Verb),
 }

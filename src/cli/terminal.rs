@@ -171,6 +171,26 @@ impl<O: Write, E: Write> Console<O, E> {
         write_args(&mut self.out, &mut self.at_line_start, args);
     }
 
+    /// Writes bytes to stdout: exactly as they are when stdout is not a
+    /// terminal (a patch redirected to a file), shown as neutralised text
+    /// when it is.
+    pub fn out_bytes(&mut self, bytes: &[u8]) {
+        self.erase_live();
+        if self.out.terminal {
+            let text = String::from_utf8_lossy(bytes);
+            write_args(
+                &mut self.out,
+                &mut self.at_line_start,
+                format_args!("{text}"),
+            );
+        } else if self.out.failed.is_none() && !bytes.is_empty() {
+            if let Err(e) = self.out.writer.write_all(bytes) {
+                self.out.failed = Some(e);
+            }
+            self.at_line_start = bytes.ends_with(b"\n");
+        }
+    }
+
     /// Prints to stderr, like `eprint!`, after what stdout holds so the
     /// two stay in order on a shared terminal.
     pub fn err(&mut self, args: fmt::Arguments<'_>) {

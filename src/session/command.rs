@@ -35,6 +35,10 @@ impl Session {
             }
         };
         let cwd = spec.cwd.clone();
+        // The session's starting point is taken before its first change;
+        // a restore waits for the command to end.
+        self.history.begin().await;
+        let turn = self.history.write_turn().await;
         let seq = self.journal.next_seq();
         let busy = Busy::new(self);
         let running = match self.sandbox.start(spec).await {
@@ -58,6 +62,7 @@ impl Session {
                 .journal
                 .command(seq, &command, &cwd, started, &report);
             session.sandbox.finished(&container, &report).await;
+            drop(turn);
             drop(busy);
         });
         Ok(rx)

@@ -14,6 +14,7 @@ use crate::environment::BuildConfig;
 use crate::policy::guard::SlipGuard;
 use crate::sandbox;
 use crate::workspace::Limits;
+use crate::workspace::tree::ScanLimits;
 
 /// Operator settings for sessions.
 #[derive(Debug, Clone)]
@@ -42,6 +43,35 @@ pub struct Config {
     pub allow_builds: bool,
     /// How environments are built.
     pub builds: BuildConfig,
+    /// Checkpoints and changes.
+    pub history: HistoryConfig,
+}
+
+/// Operator settings for checkpoints and changes.
+#[derive(Debug, Clone, Copy)]
+pub struct HistoryConfig {
+    /// Checkpoints a session keeps at once.
+    pub max_checkpoints: usize,
+    /// Most changed paths listed.
+    pub max_changes: usize,
+    /// Bytes of patch when the request says 0.
+    pub patch_bytes: u64,
+    /// Ceiling on a requested patch size.
+    pub max_patch_bytes: u64,
+    /// Bounds of every picture of a workspace.
+    pub scan: ScanLimits,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            max_checkpoints: defaults::MAX_CHECKPOINTS,
+            max_changes: defaults::MAX_CHANGES,
+            patch_bytes: defaults::PATCH_BYTES,
+            max_patch_bytes: defaults::MAX_PATCH_BYTES,
+            scan: ScanLimits::default(),
+        }
+    }
 }
 
 /// Operator settings for containers and commands.
@@ -175,6 +205,7 @@ impl Config {
                 max_output_cap: defaults::MAX_BUILD_OUTPUT_CAP,
                 max_running: defaults::MAX_RUNNING_BUILDS as usize,
             },
+            history: HistoryConfig::default(),
         }
     }
 }
@@ -227,6 +258,19 @@ impl Config {
     pub(super) fn build_timeout(&self, asked: Duration) -> Result<Duration, Error> {
         let b = &self.builds;
         pick("timeout_seconds", asked, b.timeout, b.max_timeout, secs)
+    }
+
+    /// Bytes of patch for a GetChanges asking for `asked`.
+    pub(super) fn pick_patch_bytes(&self, asked: u64) -> Result<usize, Error> {
+        let h = &self.history;
+        pick(
+            "max_patch_bytes",
+            asked,
+            h.patch_bytes,
+            h.max_patch_bytes,
+            count,
+        )
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
     }
 
     /// The output cap of a build asking for `asked`.

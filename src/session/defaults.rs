@@ -61,6 +61,15 @@ pub const BUILD_OUTPUT_CAP: u64 = 64 << 10;
 pub const MAX_BUILD_OUTPUT_CAP: u64 = 4 << 20;
 /// Environment builds that run at once; more wait for a turn.
 pub const MAX_RUNNING_BUILDS: u64 = 2;
+/// Checkpoints a session keeps at once.
+pub const MAX_CHECKPOINTS: usize = 100;
+/// Most changed paths GetChanges lists.
+pub const MAX_CHANGES: usize = 10_000;
+/// Bytes of patch GetChanges returns unless the caller asks otherwise.
+pub const PATCH_BYTES: u64 = 1 << 20;
+/// Ceiling on a requested patch size: the reply must stay under the 4 MiB
+/// message limit gRPC clients have by default.
+pub const MAX_PATCH_BYTES: u64 = 3 << 20;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

@@ -89,6 +89,12 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// Commands run in the session, and the call may not stop them.
+    #[error("{running} commands are running")]
+    CommandRunning {
+        /// How many.
+        running: usize,
+    },
 }
 
 /// Why the registry cannot start.

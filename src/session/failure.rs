@@ -16,7 +16,9 @@ use super::error as session;
 use crate::environment;
 use crate::policy::Denial;
 use crate::sandbox;
-use crate::workspace::{self, EditError, LineEndings, WalkLimit};
+use crate::workspace::tree::ScanError;
+use crate::workspace::tree::store;
+use crate::workspace::{self, EditError, LineEndings, WalkLimit, history};
 
 /// Any error a handler can return.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +35,9 @@ pub enum Error {
     /// From building, finding or deleting an environment.
     #[error(transparent)]
     Environment(#[from] environment::Error),
+    /// From checkpoints and changes.
+    #[error(transparent)]
+    History(#[from] history::Error),
     /// The call carried no valid bearer token.
     #[error("missing or wrong bearer token")]
     Unauthenticated,
@@ -86,6 +91,14 @@ pub mod reason {
     pub const INVALID_RECIPE: &str = "INVALID_RECIPE";
     pub const BUILD_CONTEXT_TOO_LARGE: &str = "BUILD_CONTEXT_TOO_LARGE";
     pub const WORKSPACE_GONE: &str = "WORKSPACE_GONE";
+    pub const CHECKPOINT_NOT_FOUND: &str = "CHECKPOINT_NOT_FOUND";
+    pub const TOO_MANY_CHECKPOINTS: &str = "TOO_MANY_CHECKPOINTS";
+    pub const CHECKPOINT_STORE_FULL: &str = "CHECKPOINT_STORE_FULL";
+    pub const TREE_TOO_DEEP: &str = "TREE_TOO_DEEP";
+    pub const TREE_TOO_LARGE: &str = "TREE_TOO_LARGE";
+    pub const NO_STARTING_POINT: &str = "NO_STARTING_POINT";
+    pub const RESTORE_FAILED: &str = "RESTORE_FAILED";
+    pub const COMMAND_RUNNING: &str = "COMMAND_RUNNING";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
@@ -174,6 +187,7 @@ pub fn describe(err: &Error) -> Described {
         Error::Session(e) => session_status(e),
         Error::Sandbox(e) => sandbox_status(e),
         Error::Environment(e) => environment_status(e),
+        Error::History(e) => history_status(e),
         Error::Unauthenticated => status(
             Code::Unauthenticated,
             reason::UNAUTHENTICATED,
@@ -613,6 +627,121 @@ fn denial_status(denial: &Denial) -> Described {
     }
 }
 
+fn history_status(err: &history::Error) -> Described {
+    use history::Error as H;
+    match err {
+        H::NotFound { id, deleted } => {
+            let what = if *deleted {
+                "was deleted"
+            } else {
+                "is not one of this session's (each session has its own)"
+            };
+            status(
+                Code::NotFound,
+                reason::CHECKPOINT_NOT_FOUND,
+                format!(
+                    "Checkpoint {id:?} {what}. {UNCHANGED} ListCheckpoints shows this session's checkpoints."
+                ),
+                &[("checkpoint_id", id.clone())],
+            )
+        }
+        H::TooMany { limit } => status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_CHECKPOINTS,
+            format!(
+                "The session keeps {limit} checkpoints already, the most it may. {UNCHANGED} Delete one \
+                 it no longer needs (DeleteCheckpoint), then take this one."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        H::Scan(e) => scan_status(e, "No checkpoint was taken and nothing was changed."),
+        H::NoBaseline(why) => status(
+            Code::FailedPrecondition,
+            reason::NO_STARTING_POINT,
+            format!(
+                "The workspace as it was when the session began could not be kept ({why}), so the changes \
+                 since then cannot be told. {UNCHANGED} Take a checkpoint and ask for the changes since it."
+            ),
+            &[],
+        ),
+        H::Restore(e) => status(
+            Code::Aborted,
+            reason::RESTORE_FAILED,
+            format!(
+                "The restore failed ({e}) and every step it had taken was undone: the workspace is as it \
+                 was before the call. Free space or fix what the error names, then retry."
+            ),
+            &[("path", e.path.clone())],
+        ),
+        H::Busy => status(
+            Code::FailedPrecondition,
+            reason::COMMAND_RUNNING,
+            "Writes or commands in the workspace did not end in time for the restore. Nothing was \
+             changed. Wait for them, or ask with stop_commands to reset the sandbox first."
+                .to_string(),
+            &[],
+        ),
+        H::Io { op, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "Could not {op}: {source}. {UNCHANGED} Retry; if it persists, tell the operator."
+            ),
+            &[],
+        ),
+    }
+}
+
+/// A workspace that could not be pictured, and what that means (`outcome`).
+fn scan_status(err: &ScanError, outcome: &str) -> Described {
+    match err {
+        ScanError::TooDeep { path, limit } => status(
+            Code::FailedPrecondition,
+            reason::TREE_TOO_DEEP,
+            format!(
+                "The directory {path} lies deeper than {limit} levels. {outcome} Remove the deep tree \
+                 (for example `rm -rf` it with RunCommand) and retry."
+            ),
+            &[("path", path.clone()), ("limit", limit.to_string())],
+        ),
+        ScanError::TooMany { limit } => status(
+            Code::FailedPrecondition,
+            reason::TREE_TOO_LARGE,
+            format!(
+                "The workspace holds more than {limit} files and directories. {outcome} Remove what \
+                 is not needed (build output, caches) and retry."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        ScanError::Io { path, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "Could not read {path}: {source}. {outcome} Check the file's permissions and retry."
+            ),
+            &[("path", path.clone())],
+        ),
+        ScanError::Store(store::Error::Full { budget, used }) => status(
+            Code::ResourceExhausted,
+            reason::CHECKPOINT_STORE_FULL,
+            format!(
+                "Keeping the workspace's contents would pass the session's budget for checkpoints \
+                 ({budget} bytes, the disk quota; {used} bytes are kept now). {outcome} Delete \
+                 checkpoints that are no longer needed, or remove large files, and retry."
+            ),
+            &[("budget", budget.to_string()), ("used", used.to_string())],
+        ),
+        ScanError::Store(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The checkpoint store failed: {e}. {outcome} Retry; if it persists, tell the operator."
+            ),
+            &[],
+        ),
+    }
+}
+
 fn session_status(err: &session::Error) -> Described {
     use session::Error as S;
     match err {
@@ -673,6 +802,16 @@ fn session_status(err: &session::Error) -> Described {
                 "The service could not create a workspace directory: {e}. No session was created. Retry later or tell the operator."
             ),
             &[],
+        ),
+        S::CommandRunning { running } => status(
+            Code::FailedPrecondition,
+            reason::COMMAND_RUNNING,
+            format!(
+                "{running} command(s) are running in the session, and a restore under them would race \
+                 their writes. Nothing was changed. Wait for them to end, or ask again with \
+                 stop_commands to reset the sandbox (stopping every process in it) first."
+            ),
+            &[("running", running.to_string())],
         ),
         S::LimitExceeded { what, asked, max } => status(
             Code::ResourceExhausted,

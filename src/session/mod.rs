@@ -10,6 +10,7 @@
 //! - `builds`: environments as callers reach them: who may build, every
 //!   build journaled;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
+//! - `checkpoints`: a session's checkpoints and changes;
 //! - `command`: running a command in a session's container;
 //! - `tools`: a session and its file tools, each call journaled;
 //! - `failure`: every domain error rolled up, and the one table saying
@@ -23,6 +24,7 @@
 //! This file only declares them and names what other layers use.
 
 mod builds;
+mod checkpoints;
 mod command;
 mod config;
 pub mod defaults;
@@ -35,7 +37,8 @@ mod registry;
 mod tools;
 
 pub use builds::BuildEvents;
-pub use config::{Config, SandboxConfig};
+pub use checkpoints::Restore;
+pub use config::{Config, HistoryConfig, SandboxConfig};
 pub use error::{Error, StartError};
 pub use messages::{
     Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,

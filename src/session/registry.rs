@@ -22,6 +22,7 @@ use crate::policy::Policy;
 use crate::sandbox::{self, Runtime, image, labels};
 use crate::state::StateDir;
 use crate::volume::Volumes;
+use crate::workspace::history::{History, HistoryLimits};
 use crate::workspace::lock::PathLocks;
 
 /// All open sessions of the service.
@@ -208,6 +209,20 @@ impl Registry {
                 return Err(Error::Journal(e).into());
             }
         };
+        let history = match history_of(&workspace, &id, &self.volumes, &sandbox, &self.config).await
+        {
+            Ok(history) => history,
+            Err(e) => {
+                discard(Prepared {
+                    id,
+                    workspace,
+                    volume,
+                    sandbox,
+                })
+                .await;
+                return Err(Error::CreateWorkspace(e).into());
+            }
+        };
         let owns_workspace = volume.owns_workspace();
         let notes = volume.note().map(str::to_string).into_iter().collect();
         let now = SystemTime::now();
@@ -217,6 +232,7 @@ impl Registry {
             sandbox,
             policy,
             journal,
+            history,
             config: Arc::clone(&self.config),
             env: req.env,
             sandbox_status: Mutex::new(None),
@@ -316,10 +332,12 @@ impl Registry {
         session
             .journal
             .ok("CloseSession", "", Instant::now(), detail.to_string());
+        let mut report = session.journal.report(None, None);
+        report.checkpoints = session.history.list().await;
         Ok(Closed {
             id: id.to_string(),
             workspace_removed,
-            report: session.journal.report(None, None),
+            report,
         })
     }
 
@@ -512,6 +530,31 @@ impl Registry {
             let _ = self.close(&id).await;
         }
     }
+}
+
+/// The history of a new session: its contents kept in the volume's
+/// history directory, within the session's disk quota (the default one
+/// where the workspace has none).
+async fn history_of(
+    workspace: &crate::workspace::Workspace,
+    id: &str,
+    volumes: &Arc<Volumes>,
+    sandbox: &sandbox::Sandbox,
+    config: &Config,
+) -> std::io::Result<History> {
+    let budget = match sandbox.spec().limits.disk_bytes {
+        0 => config.sandbox.default_limits.disk_bytes,
+        quota => quota,
+    };
+    let (volumes, id) = (Arc::clone(volumes), id.to_string());
+    let dir = tokio::task::spawn_blocking(move || volumes.history_dir(&id))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
+    let limits = HistoryLimits {
+        max_checkpoints: config.history.max_checkpoints,
+        scan: config.history.scan,
+    };
+    Ok(History::new(workspace.clone(), dir, budget, limits))
 }
 
 /// Unmounts the session's volume (removing its workspace if the session

@@ -15,6 +15,7 @@ use crate::journal::{Journal, Report};
 use crate::policy::Policy;
 use crate::sandbox::Sandbox;
 use crate::volume::Volume;
+use crate::workspace::history::History;
 use crate::workspace::{
     CreateOutput, EditOutput, EditSpec, FindOutput, ListOutput, ReadOutput, SearchOutput,
     SearchQuery, Workspace,
@@ -33,6 +34,8 @@ pub struct Session {
     pub policy: Arc<Policy>,
     /// Every call, for audit.
     pub journal: Journal,
+    /// Where the session began, and its checkpoints.
+    pub(super) history: History,
     /// The operator's settings (defaults and ceilings of its commands).
     pub(super) config: Arc<Config>,
     /// Environment of every command of the session (over the container's).
@@ -97,7 +100,7 @@ impl Session {
     }
 
     /// Records the outcome of a call that writes nothing.
-    fn journaled<T>(
+    pub(super) fn journaled<T>(
         &self,
         tool: &'static str,
         summary: &str,
@@ -203,7 +206,11 @@ impl Session {
         let started = Instant::now();
         let summary = format!("{path:?} ({} bytes)", content.len());
         let result = match self.policy.check_mutation("CreateFile") {
-            Ok(()) => self.workspace.create(path, content, &self.policy).await,
+            Ok(()) => {
+                self.history.begin().await;
+                let _turn = self.history.write_turn().await;
+                self.workspace.create(path, content, &self.policy).await
+            }
             Err(denial) => Err(crate::workspace::Error::Denied(denial)),
         };
         self.journaled_write("CreateFile", &summary, started, result, |o| {
@@ -222,6 +229,8 @@ impl Session {
         let summary = format!("{path:?} ({})", plural_edits(edits.len()));
         let result = match self.policy.check_mutation("EditFile") {
             Ok(()) => {
+                self.history.begin().await;
+                let _turn = self.history.write_turn().await;
                 self.workspace
                     .edit(path, edits, expected_sha256, &self.policy)
                     .await
@@ -303,7 +312,8 @@ impl Session {
             }
         }
         let plan = (!planned.is_empty()).then_some(normalised.as_slice());
-        let report = self.journal.report(plan, verify);
+        let mut report = self.journal.report(plan, verify);
+        report.checkpoints = self.history.list().await;
         let summary = format!("{} planned files", planned.len());
         self.journal
             .ok("GetSessionReport", &summary, started, String::new());

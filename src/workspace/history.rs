@@ -305,6 +305,12 @@ impl History {
         .await
     }
 
+    /// The checkpoint `id`.
+    pub async fn info(&self, id: &str) -> Result<CheckpointInfo, Error> {
+        let state = self.state.lock().await;
+        Self::find(&state, id).map(|c| c.info.clone())
+    }
+
     /// The checkpoints kept, oldest first.
     pub async fn list(&self) -> Vec<CheckpointInfo> {
         let state = self.state.lock().await;

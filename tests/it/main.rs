@@ -9,6 +9,7 @@ mod common;
 
 mod auth;
 mod checkouts;
+mod checkpoints;
 mod cli_terminal;
 mod commands;
 mod confinement;

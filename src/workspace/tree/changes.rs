@@ -205,12 +205,12 @@ pub fn changes(
         };
         // The file may have changed again since the scan: the patch and
         // the listing say what was read.
-        if let (Some(after), Some(bytes)) = (&mut change.after, &new) {
-            if after.mode != 0o120000 {
-                let (hash, size) = super::hash_reader(&mut bytes.as_slice())?;
-                after.sha256 = hash;
-                after.size = size;
-            }
+        if let (Some(after), Some(bytes)) = (&mut change.after, &new)
+            && after.mode != 0o120000
+        {
+            let (hash, size) = super::hash_reader(&mut bytes.as_slice())?;
+            after.sha256 = hash;
+            after.size = size;
         }
         let text = file_patch(change, old.as_deref(), new.as_deref(), bounds.diff_time);
         if body.len() + text.len() > bounds.max_patch_bytes {
@@ -337,7 +337,7 @@ pub fn git_path(prefix: &str, path: &[u8]) -> String {
             0x08 => s.push_str("\\b"),
             0x0b => s.push_str("\\v"),
             0x0c => s.push_str("\\f"),
-            b if b < 0x20 || b >= 0x7f => s.push_str(&format!("\\{b:03o}")),
+            b if !(0x20..0x7f).contains(&b) => s.push_str(&format!("\\{b:03o}")),
             b => s.push(b as char),
         }
     }
@@ -357,18 +357,18 @@ fn file_patch(change: &Change, old: Option<&[u8]>, new: Option<&[u8]>, time: Dur
     let (before, after) = (change.before.as_ref(), change.after.as_ref());
     // A file that became a symlink (or back) is, to git, one deleted and
     // one added.
-    if let (Some(bf), Some(af)) = (before, after) {
-        if (bf.mode == 0o120000) != (af.mode == 0o120000) {
-            let mut gone = change.clone();
-            gone.kind = Kind::Deleted;
-            gone.after = None;
-            let mut made = change.clone();
-            made.kind = Kind::Added;
-            made.before = None;
-            out.extend(file_patch(&gone, old, None, time));
-            out.extend(file_patch(&made, None, new, time));
-            return out;
-        }
+    if let (Some(bf), Some(af)) = (before, after)
+        && (bf.mode == 0o120000) != (af.mode == 0o120000)
+    {
+        let mut gone = change.clone();
+        gone.kind = Kind::Deleted;
+        gone.after = None;
+        let mut made = change.clone();
+        made.kind = Kind::Added;
+        made.before = None;
+        out.extend(file_patch(&gone, old, None, time));
+        out.extend(file_patch(&made, None, new, time));
+        return out;
     }
     out.extend_from_slice(format!("diff --git {a} {b}\n").as_bytes());
     match (before, after) {

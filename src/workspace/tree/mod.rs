@@ -58,8 +58,8 @@ impl Stamp {
             dev: st.st_dev,
             ino: st.st_ino,
             size: st.st_size as u64,
-            mtime: (st.st_mtime, st.st_mtime_nsec as u64),
-            ctime: (st.st_ctime, st.st_ctime_nsec as u64),
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
         }
     }
 }

@@ -28,6 +28,9 @@ use super::store::Store;
 use super::{Manifest, Node, open_dir, show};
 use crate::workspace::remove::remove_tree_at;
 
+/// An entry to stage: its path and what it is to hold.
+type Staged<'a> = (&'a [u8], &'a Node);
+
 /// What a restore did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
@@ -129,7 +132,7 @@ pub fn restore(
 fn plan<'a>(
     current: &'a Manifest,
     target: &'a Manifest,
-) -> (Vec<Step<'a>>, Vec<(&'a [u8], &'a Node)>, Restored) {
+) -> (Vec<Step<'a>>, Vec<Staged<'a>>, Restored) {
     let mut steps = Vec::new();
     let mut staged = Vec::new();
     let mut stats = Restored::default();
@@ -163,11 +166,9 @@ fn plan<'a>(
                 dir_modes.push((path, *mode));
                 stats.dirs_made += 1;
             }
-            (Node::Dir { mode }, Some(Node::Dir { mode: had })) => {
-                if mode != had {
-                    dir_modes.push((path, *mode));
-                    stats.modes += 1;
-                }
+            (Node::Dir { mode }, Some(Node::Dir { mode: had })) if mode != had => {
+                dir_modes.push((path, *mode));
+                stats.modes += 1;
             }
             (Node::File { .. } | Node::Symlink { .. }, None) => {
                 steps.push(Step::Place(path, staged.len()));
