@@ -35,6 +35,10 @@ pub struct MayBuild;
 pub type BuildStream =
     Pin<Box<dyn Stream<Item = Result<pb::BuildEnvironmentEvent, Status>> + Send>>;
 
+/// Messages of one DownloadArchive call.
+pub type DownloadStream =
+    Pin<Box<dyn Stream<Item = Result<pb::DownloadArchiveResponse, Status>> + Send>>;
+
 /// Events of one RunCommand call.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Status>> + Send>>;
 
@@ -262,5 +266,67 @@ impl Sandbox for SandboxService {
             checkpoint: Some(gone.into()),
             message,
         }))
+    }
+
+    async fn upload_archive(
+        &self,
+        req: Request<tonic::Streaming<pb::UploadArchiveRequest>>,
+    ) -> Reply<pb::UploadArchiveResponse> {
+        let mut stream = req.into_inner();
+        let header = match stream.message().await? {
+            Some(pb::UploadArchiveRequest {
+                part: Some(pb::upload_archive_request::Part::Header(h)),
+            }) => h,
+            _ => {
+                return Err(crate::error::Error::from(crate::session::Error::InvalidArgument {
+                    field: "header",
+                    why: "the first message of UploadArchive must be the header (session_id, destination)"
+                        .into(),
+                })
+                .into());
+            }
+        };
+        let session = self.registry.get(&header.session_id)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        // Forwards the chunks; stops when the extraction stops reading.
+        tokio::spawn(async move {
+            loop {
+                let next = match stream.message().await {
+                    Ok(Some(pb::UploadArchiveRequest {
+                        part: Some(pb::upload_archive_request::Part::Chunk(c)),
+                    })) => Ok(c),
+                    Ok(Some(_)) => Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "a second header came after the first",
+                    )),
+                    Ok(None) => break,
+                    Err(status) => Err(std::io::Error::other(status.message().to_string())),
+                };
+                let failed = next.is_err();
+                if tx.send(next).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        let out = session.upload_archive(header.destination, rx).await?;
+        Ok(Response::new(out.into()))
+    }
+
+    type DownloadArchiveStream = DownloadStream;
+
+    async fn download_archive(
+        &self,
+        req: Request<pb::DownloadArchiveRequest>,
+    ) -> Reply<DownloadStream> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let events = session
+            .download_archive(r.path, r.gitignore, r.gzip, r.max_bytes)
+            .await?;
+        let stream = ReceiverStream::new(events).map(|e| match e {
+            Ok(e) => Ok(pb::DownloadArchiveResponse::from(e)),
+            Err(e) => Err(Status::from(e)),
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }

@@ -14,6 +14,7 @@ use crate::environment::BuildConfig;
 use crate::policy::guard::SlipGuard;
 use crate::sandbox;
 use crate::workspace::Limits;
+use crate::workspace::archive::UploadLimits;
 use crate::workspace::tree::ScanLimits;
 
 /// Operator settings for sessions.
@@ -45,6 +46,35 @@ pub struct Config {
     pub builds: BuildConfig,
     /// Checkpoints and changes.
     pub history: HistoryConfig,
+    /// Archives in and out.
+    pub archives: ArchiveConfig,
+}
+
+/// Operator settings for archives in and out of workspaces.
+#[derive(Debug, Clone, Copy)]
+pub struct ArchiveConfig {
+    /// Ceilings of one upload.
+    pub upload: UploadLimits,
+    /// Bytes a download carries when the request says 0.
+    pub download_bytes: u64,
+    /// Ceiling on a requested download size.
+    pub max_download_bytes: u64,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        ArchiveConfig {
+            upload: UploadLimits {
+                max_bytes: defaults::UPLOAD_BYTES,
+                max_file_bytes: defaults::UPLOAD_FILE_BYTES,
+                max_entries: defaults::UPLOAD_ENTRIES,
+                max_path_bytes: 4096,
+                max_ratio: defaults::UPLOAD_RATIO,
+            },
+            download_bytes: defaults::DOWNLOAD_BYTES,
+            max_download_bytes: defaults::MAX_DOWNLOAD_BYTES,
+        }
+    }
 }
 
 /// Operator settings for checkpoints and changes.
@@ -206,6 +236,7 @@ impl Config {
                 max_running: defaults::MAX_RUNNING_BUILDS as usize,
             },
             history: HistoryConfig::default(),
+            archives: ArchiveConfig::default(),
         }
     }
 }
@@ -271,6 +302,18 @@ impl Config {
             count,
         )
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    }
+
+    /// Bytes of file contents for a download asking for `asked`.
+    pub(super) fn download_bytes(&self, asked: u64) -> Result<u64, Error> {
+        let a = &self.archives;
+        pick(
+            "max_bytes",
+            asked,
+            a.download_bytes,
+            a.max_download_bytes,
+            count,
+        )
     }
 
     /// The output cap of a build asking for `asked`.

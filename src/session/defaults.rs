@@ -70,6 +70,19 @@ pub const PATCH_BYTES: u64 = 1 << 20;
 /// Ceiling on a requested patch size: the reply must stay under the 4 MiB
 /// message limit gRPC clients have by default.
 pub const MAX_PATCH_BYTES: u64 = 3 << 20;
+/// Bytes of file contents one upload may bring.
+pub const UPLOAD_BYTES: u64 = 1 << 30;
+/// Largest file one upload may bring.
+pub const UPLOAD_FILE_BYTES: u64 = 512 << 20;
+/// Most entries of one uploaded archive.
+pub const UPLOAD_ENTRIES: u64 = 200_000;
+/// Most bytes of tar per byte of gzip an upload may expand to.
+pub const UPLOAD_RATIO: u64 = 200;
+/// Bytes of file contents a download carries unless the caller asks
+/// otherwise.
+pub const DOWNLOAD_BYTES: u64 = 1 << 30;
+/// Ceiling on a requested download size.
+pub const MAX_DOWNLOAD_BYTES: u64 = 16 << 30;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

@@ -18,7 +18,7 @@ use crate::policy::Denial;
 use crate::sandbox;
 use crate::workspace::tree::ScanError;
 use crate::workspace::tree::store;
-use crate::workspace::{self, EditError, LineEndings, WalkLimit, history};
+use crate::workspace::{self, EditError, LineEndings, WalkLimit, archive, history};
 
 /// Any error a handler can return.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,12 @@ pub enum Error {
     /// From checkpoints and changes.
     #[error(transparent)]
     History(#[from] history::Error),
+    /// From an upload.
+    #[error(transparent)]
+    Upload(#[from] archive::Error),
+    /// From a download.
+    #[error(transparent)]
+    Download(#[from] archive::DownloadError),
     /// The call carried no valid bearer token.
     #[error("missing or wrong bearer token")]
     Unauthenticated,
@@ -99,6 +105,13 @@ pub mod reason {
     pub const NO_STARTING_POINT: &str = "NO_STARTING_POINT";
     pub const RESTORE_FAILED: &str = "RESTORE_FAILED";
     pub const COMMAND_RUNNING: &str = "COMMAND_RUNNING";
+    pub const ARCHIVE_ENTRY_UNSAFE: &str = "ARCHIVE_ENTRY_UNSAFE";
+    pub const ARCHIVE_ENTRY_INVALID: &str = "ARCHIVE_ENTRY_INVALID";
+    pub const ARCHIVE_TOO_LARGE: &str = "ARCHIVE_TOO_LARGE";
+    pub const ARCHIVE_BOMB: &str = "ARCHIVE_BOMB";
+    pub const ARCHIVE_MALFORMED: &str = "ARCHIVE_MALFORMED";
+    pub const ARCHIVE_CONFLICT: &str = "ARCHIVE_CONFLICT";
+    pub const DOWNLOAD_TOO_LARGE: &str = "DOWNLOAD_TOO_LARGE";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
@@ -188,6 +201,8 @@ pub fn describe(err: &Error) -> Described {
         Error::Sandbox(e) => sandbox_status(e),
         Error::Environment(e) => environment_status(e),
         Error::History(e) => history_status(e),
+        Error::Upload(e) => upload_status(e),
+        Error::Download(e) => download_status(e),
         Error::Unauthenticated => status(
             Code::Unauthenticated,
             reason::UNAUTHENTICATED,
@@ -686,6 +701,159 @@ fn history_status(err: &history::Error) -> Described {
             reason::IO_ERROR,
             format!(
                 "Could not {op}: {source}. {UNCHANGED} Retry; if it persists, tell the operator."
+            ),
+            &[],
+        ),
+    }
+}
+
+fn upload_status(err: &archive::Error) -> Described {
+    use archive::{BadName, Ceiling, Error as A, Unsafe};
+    const NONE: &str = "Nothing was extracted: the workspace is as it was.";
+    match err {
+        A::Unsafe { entry, why } => {
+            let what = match why {
+                Unsafe::Absolute => "has an absolute path".to_string(),
+                Unsafe::DotDot => "has a `..` component".to_string(),
+                Unsafe::ThroughSymlink(at) => {
+                    format!("would be written through the symlink {at}")
+                }
+                Unsafe::BelowFile(at) => format!("lies below {at}, which is not a directory"),
+                Unsafe::HardLinkOutside(to) => {
+                    format!("is a hard link to {to}, which is not a file earlier in the archive")
+                }
+                Unsafe::Special(what) => format!("is {what}"),
+            };
+            status(
+                Code::InvalidArgument,
+                reason::ARCHIVE_ENTRY_UNSAFE,
+                format!(
+                    "The archive entry {entry:?} {what}: it cannot be extracted safely. {NONE} \
+                     Rebuild the archive with relative paths of files, directories and symlinks only."
+                ),
+                &[("entry", entry.clone())],
+            )
+        }
+        A::BadName { entry, why } => {
+            let what = match why {
+                BadName::Duplicate => "appears twice in the archive".to_string(),
+                BadName::NotUtf8 => "is not UTF-8".to_string(),
+                BadName::TooLong(max) => {
+                    format!("is longer than {max} bytes (or has a component over 255)")
+                }
+                BadName::Empty => "names nothing".to_string(),
+            };
+            status(
+                Code::InvalidArgument,
+                reason::ARCHIVE_ENTRY_INVALID,
+                format!("The archive entry {entry:?} {what}. {NONE} Fix the archive and retry."),
+                &[("entry", entry.clone())],
+            )
+        }
+        A::TooLarge { what, limit, entry } => {
+            let what = match what {
+                Ceiling::Bytes => format!("the archive's files hold more than {limit} bytes"),
+                Ceiling::FileBytes => format!("{entry} is larger than {limit} bytes"),
+                Ceiling::Entries => format!("the archive has more than {limit} entries"),
+            };
+            status(
+                Code::ResourceExhausted,
+                reason::ARCHIVE_TOO_LARGE,
+                format!(
+                    "The archive is past a ceiling: {what} (at entry {entry:?}). {NONE} Send a \
+                     smaller archive (leave out build output and caches), or several."
+                ),
+                &[("entry", entry.clone()), ("limit", limit.to_string())],
+            )
+        }
+        A::Bomb { ratio } => status(
+            Code::ResourceExhausted,
+            reason::ARCHIVE_BOMB,
+            format!(
+                "The archive expands to more than {ratio} times its compressed size, as a \
+                 decompression bomb does. {NONE} Send it uncompressed if it is genuine."
+            ),
+            &[("ratio", ratio.to_string())],
+        ),
+        A::Malformed(why) => status(
+            Code::InvalidArgument,
+            reason::ARCHIVE_MALFORMED,
+            format!(
+                "The stream is not a whole tar archive (plain or gzip): {why}. {NONE} Send the \
+                 whole archive, as `tar -c` (or `tar -cz`) writes it."
+            ),
+            &[],
+        ),
+        A::Conflict { path, why } => status(
+            Code::FailedPrecondition,
+            reason::ARCHIVE_CONFLICT,
+            format!(
+                "{path}: {why}. {NONE} Remove or rename it in the workspace, or extract \
+                 elsewhere (destination)."
+            ),
+            &[("path", path.clone())],
+        ),
+        A::Destination(dest) => status(
+            Code::InvalidArgument,
+            reason::INVALID_PATH,
+            format!(
+                "The destination {dest:?} is not a path inside the workspace. {NONE} Give a \
+                 relative directory, or nothing for the root."
+            ),
+            &[("path", dest.clone())],
+        ),
+        A::Denied(denial) => denial_status(denial),
+        A::Land(e) => status(
+            Code::Aborted,
+            reason::IO_ERROR,
+            format!(
+                "The archive could not be extracted ({e}); every step taken was undone. {NONE} \
+                 Free space (the disk quota counts the staged files too) and retry."
+            ),
+            &[("path", e.path.clone())],
+        ),
+        A::Read(e) => status(
+            Code::Aborted,
+            reason::ARCHIVE_MALFORMED,
+            format!("The archive's stream failed: {e}. {NONE} Send it again."),
+            &[],
+        ),
+    }
+}
+
+fn download_status(err: &archive::DownloadError) -> Described {
+    use archive::DownloadError as D;
+    match err {
+        D::Path(e) => workspace_status(e),
+        D::TooLarge { limit } => status(
+            Code::ResourceExhausted,
+            reason::DOWNLOAD_TOO_LARGE,
+            format!(
+                "The files to download hold more than {limit} bytes; the stream so far is not a \
+                 whole archive. Download a smaller directory, use gitignore to leave out build \
+                 output, or ask for a larger max_bytes (up to the ceiling)."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        D::Read { path, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "Could not read {path}: {source}. The stream so far is not a whole archive. Retry."
+            ),
+            &[("path", path.clone())],
+        ),
+        D::Write(e) => status(
+            Code::Aborted,
+            reason::IO_ERROR,
+            format!("The archive could not be sent: {e}."),
+            &[],
+        ),
+        D::Walk(e) => status(
+            Code::FailedPrecondition,
+            reason::IO_ERROR,
+            format!(
+                "The walk of the workspace stopped: {e}. Download without gitignore, or a smaller directory."
             ),
             &[],
         ),

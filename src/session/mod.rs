@@ -10,6 +10,7 @@
 //! - `builds`: environments as callers reach them: who may build, every
 //!   build journaled;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
+//! - `archives`: tar archives in and out of a session's workspace;
 //! - `checkpoints`: a session's checkpoints and changes;
 //! - `command`: running a command in a session's container;
 //! - `tools`: a session and its file tools, each call journaled;
@@ -23,6 +24,7 @@
 //!
 //! This file only declares them and names what other layers use.
 
+mod archives;
 mod builds;
 mod checkpoints;
 mod command;
@@ -36,9 +38,10 @@ mod prepare;
 mod registry;
 mod tools;
 
+pub use archives::{Chunks, DownloadEvent, Upload};
 pub use builds::BuildEvents;
 pub use checkpoints::Restore;
-pub use config::{Config, HistoryConfig, SandboxConfig};
+pub use config::{ArchiveConfig, Config, HistoryConfig, SandboxConfig};
 pub use error::{Error, StartError};
 pub use messages::{
     Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,

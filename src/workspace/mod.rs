@@ -5,6 +5,7 @@
 //! however deep ([`remove`]). Blocking file I/O runs on tokio's blocking
 //! pool; walks also wait for a slot of their workspace and of the service.
 
+pub mod archive;
 pub mod edit;
 mod error;
 pub mod history;
@@ -496,10 +497,43 @@ impl Workspace {
         .await
     }
 
+    /// Extracts the tar archive `src` into the directory `dest`, all or
+    /// nothing (see [`archive::upload`]), every file landing where `policy`
+    /// allows a write. Blocking: run it off the async threads.
+    pub fn upload_blocking(
+        &self,
+        dest: &str,
+        src: impl Read,
+        limits: archive::UploadLimits,
+        policy: &Policy,
+    ) -> Result<archive::Uploaded, archive::Error> {
+        let allow = |path: &str| policy.check_write("UploadArchive", path);
+        archive::upload(
+            self.inner.root.fd(),
+            dest,
+            src,
+            limits,
+            self.inner.new_owner,
+            &allow,
+        )
+    }
+
+    /// Writes a tar archive of `path` to `out` (see [`archive::download`]).
+    /// Blocking: run it off the async threads, holding a walk turn.
+    pub fn download_blocking(
+        &self,
+        path: &str,
+        opts: archive::DownloadOptions,
+        out: impl std::io::Write,
+    ) -> Result<archive::Downloaded, archive::DownloadError> {
+        let rel = self.inner.root.rel(path)?;
+        archive::download(&self.inner.root, &rel, opts, &self.inner.limits.walk, out)
+    }
+
     /// Waits for a walk's turn: a slot of this workspace, then one of the
     /// service. The permits move into the blocking task, so a caller that
     /// goes away does not free them before its walk has ended.
-    async fn walk_turn(&self) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), Error> {
+    pub async fn walk_turn(&self) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), Error> {
         let closed = |_| Error::Io {
             op: "wait for a walk slot",
             path: String::new(),

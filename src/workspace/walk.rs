@@ -356,12 +356,21 @@ fn read_small(fd: OwnedFd, cap: u64) -> io::Result<String> {
     Ok(text)
 }
 
+/// What a walk visits: each entry's path, its directory's fd, its name
+/// and its kind.
+type Visit<'v> = &'v mut dyn FnMut(&RelPath, &OwnedFd, &str, Kind) -> io::Result<Flow>;
+
 /// A walk in progress: its bounds and what it holds.
 struct Walk<'a, 'v> {
     rules: Rules<'a>,
-    visit: &'v mut dyn FnMut(&RelPath, &OwnedFd, &str) -> io::Result<Flow>,
+    visit: Visit<'v>,
     /// Directory entries listed and not yet done with.
     held: usize,
+    /// Visit directories (before entering them) and symlinks too, not only
+    /// regular files.
+    all: bool,
+    /// Deepest level entered ([`MAX_DEPTH`] at most).
+    max_depth: usize,
 }
 
 /// Walks the regular files beneath `start` (a directory) in sorted
@@ -374,6 +383,31 @@ pub fn walk_files(
     limits: &WalkLimits,
     visit: &mut dyn FnMut(&RelPath, &OwnedFd, &str) -> io::Result<Flow>,
 ) -> Result<(), WalkError> {
+    let mut files = |rel: &RelPath, dir: &OwnedFd, name: &str, _: Kind| visit(rel, dir, name);
+    walk(root, start, limits, false, MAX_DEPTH, &mut files)
+}
+
+/// Walks like [`walk_files`], and also visits each directory (before
+/// entering it) and each symlink; at most `max_depth` levels down (and no
+/// deeper than [`MAX_DEPTH`]).
+pub fn walk_all(
+    root: &Root,
+    start: &RelPath,
+    limits: &WalkLimits,
+    max_depth: usize,
+    visit: Visit<'_>,
+) -> Result<(), WalkError> {
+    walk(root, start, limits, true, max_depth.min(MAX_DEPTH), visit)
+}
+
+fn walk(
+    root: &Root,
+    start: &RelPath,
+    limits: &WalkLimits,
+    all: bool,
+    max_depth: usize,
+    visit: Visit<'_>,
+) -> Result<(), WalkError> {
     let mut walk = Walk {
         rules: Rules {
             stack: Vec::new(),
@@ -383,6 +417,8 @@ pub fn walk_files(
         },
         visit,
         held: 0,
+        all,
+        max_depth,
     };
     // Rules of the directories above `start` apply to it too.
     let mut dir = open_child_dir(root.fd(), ".")?;
@@ -429,7 +465,8 @@ impl Walk<'_, '_> {
             let child = rel.join(name);
             match kind {
                 Kind::Dir => {
-                    if name == ".git" || depth >= MAX_DEPTH || self.rules.ignored(&child, true) {
+                    if name == ".git" || depth >= self.max_depth || self.rules.ignored(&child, true)
+                    {
                         continue;
                     }
                     let sub = match open_child_dir(dir, name) {
@@ -437,6 +474,11 @@ impl Walk<'_, '_> {
                         // Swapped or removed since the listing: skip it.
                         Err(_) => continue,
                     };
+                    if self.all {
+                        if let Flow::Stop = (self.visit)(&child, dir, name, Kind::Dir)? {
+                            return Ok(Flow::Stop);
+                        }
+                    }
                     let before = self.rules.stack.len();
                     self.rules.load(&sub, &child)?;
                     let flow = self.dir(&sub, &child, depth + 1)?;
@@ -449,7 +491,12 @@ impl Walk<'_, '_> {
                     if self.rules.ignored(&child, false) {
                         continue;
                     }
-                    if let Flow::Stop = (self.visit)(&child, dir, name)? {
+                    if let Flow::Stop = (self.visit)(&child, dir, name, Kind::File)? {
+                        return Ok(Flow::Stop);
+                    }
+                }
+                Kind::Symlink if self.all && !self.rules.ignored(&child, false) => {
+                    if let Flow::Stop = (self.visit)(&child, dir, name, Kind::Symlink)? {
                         return Ok(Flow::Stop);
                     }
                 }

@@ -68,15 +68,72 @@ fn errno<'p>(op: &'static str, path: &'p [u8]) -> impl FnOnce(rustix::io::Errno)
     move |e| fail(op, path)(e.into())
 }
 
-/// One step that changes what is to be changed.
-enum Step<'a> {
+/// One step that changes the tree; paths are workspace-relative.
+#[derive(Debug, Clone, Copy)]
+pub enum Step<'a> {
+    /// Move the entry (a whole tree, for a directory) out of the way.
     Remove(&'a [u8]),
+    /// Make a directory, mode 0700 until a `Chmod` says otherwise.
     MakeDir(&'a [u8]),
     /// Place the staged entry `n` at the path (nothing is there).
     Place(&'a [u8], usize),
     /// Swap the staged entry `n` with what is at the path.
     Exchange(&'a [u8], usize),
+    /// Set the permission bits.
     Chmod(&'a [u8], u32),
+}
+
+/// A directory of the service's own at the workspace root, where entries
+/// are staged (named by number) before they are placed, and where what is
+/// removed or replaced goes until the end.
+pub struct Stage {
+    name: String,
+    fd: OwnedFd,
+}
+
+impl Stage {
+    /// Makes a fresh staging directory under `root`, named for `what`.
+    pub fn new(root: &OwnedFd, what: &str) -> Result<Stage, Error> {
+        let name = format!(".sandboxd-{what}.{:016x}", rand_u64());
+        rustix::fs::mkdirat(root, name.as_str(), Mode::from_raw_mode(0o700))
+            .map_err(errno("create the staging directory", name.as_bytes()))?;
+        match open_dir(root, name.as_bytes()) {
+            Ok(fd) => Ok(Stage { name, fd }),
+            Err(e) => {
+                let _ = remove_tree_at(root, OsStr::new(&name));
+                Err(fail("open the staging directory", name.as_bytes())(e))
+            }
+        }
+    }
+
+    /// The directory, for `*at` calls; entry `n` is named `n`.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    /// Removes the directory and all it holds.
+    pub fn remove(self, root: &OwnedFd) {
+        drop(self.fd);
+        if let Err(e) = remove_tree_at(root, OsStr::new(&self.name)) {
+            tracing::warn!(error = %e, "cannot remove a staging directory");
+        }
+    }
+}
+
+/// Takes `steps` in order, with entries staged in `stage`; if one fails,
+/// those done are undone, newest first, and the tree is as it was.
+pub fn land(
+    root: &OwnedFd,
+    stage: &Stage,
+    steps: &[Step<'_>],
+    owner: Option<(u32, u32)>,
+) -> Result<(), Error> {
+    let mut undo = Vec::new();
+    let applied = apply(root, &stage.fd, steps, owner, &mut undo);
+    if applied.is_err() {
+        rollback(root, &stage.fd, undo);
+    }
+    applied
 }
 
 /// A step done, and how to undo it.
@@ -102,26 +159,15 @@ pub fn restore(
     if steps.is_empty() {
         return Ok(stats);
     }
-    let stage_name = format!(".sandboxd-restore.{:016x}", rand_u64());
-    rustix::fs::mkdirat(root, stage_name.as_str(), Mode::from_raw_mode(0o700))
-        .map_err(errno("create the staging directory", stage_name.as_bytes()))?;
-    let result = (|| {
-        let stage = open_dir(root, stage_name.as_bytes())
-            .map_err(fail("open the staging directory", stage_name.as_bytes()))?;
-        for (n, (path, node)) in staged.iter().enumerate() {
-            stage_one(&stage, n, path, node, store, owner)?;
-        }
-        let mut undo = Vec::new();
-        let applied = apply(root, &stage, &steps, owner, &mut undo);
-        if let Err(e) = applied {
-            rollback(root, &stage, undo);
-            return Err(e);
-        }
-        Ok(())
-    })();
+    let stage = Stage::new(root, "restore")?;
+    let result = staged
+        .iter()
+        .enumerate()
+        .try_for_each(|(n, (path, node))| stage_one(stage.fd(), n, path, node, store, owner))
+        .and_then(|()| land(root, &stage, &steps, owner));
     // Everything removed or replaced now lives there; a failed restore
     // left only staged copies.
-    let _ = remove_tree_at(root, OsStr::new(&stage_name));
+    stage.remove(root);
     result?;
     stats.written = staged.len() as u64;
     Ok(stats)
