@@ -396,10 +396,18 @@ fn extract(
                     entry: show(&raw_path),
                 });
             }
-            let path = normalise(&raw_path, limits.max_path_bytes)?;
-            check_parents(&path, &entries)?;
             let header = entry.header();
             let kind = header.entry_type();
+            // `tar -C dir -c .` starts with `./`: the destination itself.
+            if kind == tar::EntryType::Directory
+                && raw_path
+                    .split(|b| *b == b'/')
+                    .all(|c| c.is_empty() || c == b".")
+            {
+                continue;
+            }
+            let path = normalise(&raw_path, limits.max_path_bytes)?;
+            check_parents(&path, &entries)?;
             let mode = header.mode().unwrap_or(0o644);
             if mode & 0o7000 != 0 {
                 stats.stripped += 1;
@@ -725,6 +733,13 @@ fn plan(
                 steps.push(PlannedStep::MakeDir(path.as_bytes().to_vec()));
                 true
             }
+            // Something below it is to be written: through the symlink.
+            There::Symlink if path != entry => {
+                return Err(Error::Unsafe {
+                    entry: entry.to_string(),
+                    why: Unsafe::ThroughSymlink(path.to_string()),
+                });
+            }
             _ => {
                 return Err(Error::Conflict {
                     path: path.to_string(),
@@ -741,7 +756,8 @@ fn plan(
         .into_iter()
         .flat_map(|d| ancestors(d).chain((!d.is_empty()).then_some(d)))
     {
-        if ensure_dir(p, p, &mut steps)? {
+        // Anything written there is written through it.
+        if ensure_dir(p, &format!("{dest}/"), &mut steps)? {
             modes.push((p.to_string(), 0o755));
         }
     }

@@ -474,10 +474,10 @@ impl Walk<'_, '_> {
                         // Swapped or removed since the listing: skip it.
                         Err(_) => continue,
                     };
-                    if self.all {
-                        if let Flow::Stop = (self.visit)(&child, dir, name, Kind::Dir)? {
-                            return Ok(Flow::Stop);
-                        }
+                    if self.all
+                        && let Flow::Stop = (self.visit)(&child, dir, name, Kind::Dir)?
+                    {
+                        return Ok(Flow::Stop);
                     }
                     let before = self.rules.stack.len();
                     self.rules.load(&sub, &child)?;

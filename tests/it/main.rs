@@ -7,6 +7,7 @@
 
 mod common;
 
+mod archives;
 mod auth;
 mod checkouts;
 mod checkpoints;
