@@ -2,7 +2,9 @@
 //! outside this module and `service` sees a `pb` type.
 
 use crate::session::{DownloadEvent, Restore, Upload};
+use crate::workspace::PatchedFile;
 use crate::workspace::history::{ChangesOutput, CheckpointInfo, Created};
+use crate::workspace::patch::Action as PatchAction;
 use crate::workspace::tree::changes::{Kind as ChangeKind, Omitted, Side};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -715,5 +717,51 @@ impl From<DownloadEvent> for pb::DownloadArchiveResponse {
             }
         };
         pb::DownloadArchiveResponse { part: Some(part) }
+    }
+}
+
+impl From<Vec<PatchedFile>> for pb::ApplyPatchResponse {
+    fn from(files: Vec<PatchedFile>) -> Self {
+        let lines: Vec<String> = files
+            .iter()
+            .map(|f| {
+                let what = match f.action {
+                    PatchAction::Modify => "changed",
+                    PatchAction::Create => "created",
+                    PatchAction::Delete => "deleted",
+                    PatchAction::Rename => "renamed",
+                };
+                match &f.old_path {
+                    Some(old) => format!("{what} {old} -> {} ({:+} lines)", f.path, f.line_delta),
+                    None => format!("{what} {} ({:+} lines)", f.path, f.line_delta),
+                }
+            })
+            .collect();
+        let message = format!(
+            "applied the patch to {} files: {}",
+            files.len(),
+            lines.join("; ")
+        );
+        pb::ApplyPatchResponse {
+            files: files
+                .into_iter()
+                .map(|f| pb::PatchedFile {
+                    path: f.path,
+                    action: match f.action {
+                        PatchAction::Modify => pb::PatchAction::Modified,
+                        PatchAction::Create => pb::PatchAction::Created,
+                        PatchAction::Delete => pb::PatchAction::Deleted,
+                        PatchAction::Rename => pb::PatchAction::Renamed,
+                    }
+                    .into(),
+                    old_path: f.old_path.unwrap_or_default(),
+                    sha256_before: f.sha256_before.unwrap_or_default(),
+                    sha256_after: f.sha256_after.unwrap_or_default(),
+                    hunks: f.hunks,
+                    line_delta: f.line_delta,
+                })
+                .collect(),
+            message,
+        }
     }
 }

@@ -111,6 +111,16 @@ impl Sandbox for SandboxService {
         Ok(Response::new(out.into()))
     }
 
+    async fn apply_patch(
+        &self,
+        req: Request<pb::ApplyPatchRequest>,
+    ) -> Reply<pb::ApplyPatchResponse> {
+        let r = req.into_inner();
+        let session = self.registry.get(&r.session_id)?;
+        let files = session.apply_patch(&r.patch).await?;
+        Ok(Response::new(files.into()))
+    }
+
     async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Reply<pb::ListDirResponse> {
         let r = req.into_inner();
         let session = self.registry.get(&r.session_id)?;

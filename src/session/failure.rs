@@ -112,6 +112,10 @@ pub mod reason {
     pub const ARCHIVE_MALFORMED: &str = "ARCHIVE_MALFORMED";
     pub const ARCHIVE_CONFLICT: &str = "ARCHIVE_CONFLICT";
     pub const DOWNLOAD_TOO_LARGE: &str = "DOWNLOAD_TOO_LARGE";
+    pub const PATCH_MALFORMED: &str = "PATCH_MALFORMED";
+    pub const PATCH_UNSUPPORTED: &str = "PATCH_UNSUPPORTED";
+    pub const PATCH_CONTEXT_MISMATCH: &str = "PATCH_CONTEXT_MISMATCH";
+    pub const PATCH_CONTEXT_AMBIGUOUS: &str = "PATCH_CONTEXT_AMBIGUOUS";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
@@ -250,6 +254,17 @@ fn transport_status(code: Code, message: &str) -> Described {
 fn workspace_status(err: &workspace::Error) -> Described {
     use workspace::Error as W;
     match err {
+        W::Patch(e) => parse_status(e),
+        W::Hunk { path, error } => hunk_status(path, error),
+        W::DeleteIncomplete { path } => status(
+            Code::FailedPrecondition,
+            reason::PATCH_CONTEXT_MISMATCH,
+            format!(
+                "{path} holds more than the patch deletes: a deletion must remove every line. {PATCH_UNCHANGED} \
+                 Read the file again and make the patch against what it holds now."
+            ),
+            &[("path", path.clone())],
+        ),
         W::InvalidPath { path, why } => status(
             Code::InvalidArgument,
             reason::INVALID_PATH,
@@ -376,6 +391,92 @@ fn workspace_status(err: &workspace::Error) -> Described {
             ),
             &[("path", path.clone()), ("op", op.to_string())],
         ),
+    }
+}
+
+const PATCH_UNCHANGED: &str = "Nothing was changed: no file of the patch was written.";
+
+fn parse_status(err: &workspace::patch::ParseError) -> Described {
+    use workspace::patch::ParseError;
+    const NONE: &str = PATCH_UNCHANGED;
+    match err {
+        ParseError::Malformed { line, why } => status(
+            Code::InvalidArgument,
+            reason::PATCH_MALFORMED,
+            format!(
+                "The patch cannot be read at its line {line}: {why}. {NONE} Send a unified diff as \
+                 `git diff` writes it: `--- a/PATH`, `+++ b/PATH`, then `@@ -l,s +l,s @@` hunks whose \
+                 line counts match their bodies."
+            ),
+            &[("line", line.to_string())],
+        ),
+        ParseError::Unsupported { path, what } => status(
+            Code::InvalidArgument,
+            reason::PATCH_UNSUPPORTED,
+            format!(
+                "{path}: {what} cannot be applied. {NONE} Change binary files with a command or \
+                 UploadArchive, and copies as a created file."
+            ),
+            &[("path", path.clone())],
+        ),
+    }
+}
+
+fn hunk_status(path: &str, error: &workspace::patch::HunkError) -> Described {
+    use workspace::patch::Mismatch;
+    const NONE: &str = PATCH_UNCHANGED;
+    let path = path.to_string();
+    let expected = error.expected.join("\n");
+    match &error.why {
+        Mismatch::NotFound {
+            at,
+            found,
+            past_end,
+        } => {
+            let there = if *past_end && found.is_empty() {
+                format!("the file ends before line {at}")
+            } else {
+                format!(
+                    "lines {at}-{} hold instead:\n{}{}",
+                    at + found.len().saturating_sub(1),
+                    found.join("\n"),
+                    if *past_end {
+                        "\n(and then the file ends)"
+                    } else {
+                        ""
+                    }
+                )
+            };
+            status(
+                Code::FailedPrecondition,
+                reason::PATCH_CONTEXT_MISMATCH,
+                format!(
+                    "Hunk {} of {path} ({}) does not match the file: its context and removed \
+                             lines were not found at line {at} nor anywhere after the previous hunk. \
+                             The hunk expects:\n{expected}\nbut {there}\n{NONE} Read the file again and \
+                             make the patch against what it holds now.",
+                    error.hunk, error.header
+                ),
+                &[("path", path.clone()), ("hunk", error.hunk.to_string())],
+            )
+        }
+        Mismatch::Ambiguous { at } => {
+            let lines: Vec<String> = at.iter().map(|l| l.to_string()).collect();
+            status(
+                Code::FailedPrecondition,
+                reason::PATCH_CONTEXT_AMBIGUOUS,
+                format!(
+                    "Hunk {} of {path} ({}) does not match where it says, and its lines occur \
+                             at {} places (lines {}). {NONE} Give the hunk more context lines, or the \
+                             right line numbers, so that it names one place.",
+                    error.hunk,
+                    error.header,
+                    at.len(),
+                    lines.join(", ")
+                ),
+                &[("path", path.clone()), ("hunk", error.hunk.to_string())],
+            )
+        }
     }
 }
 

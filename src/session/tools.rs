@@ -15,6 +15,7 @@ use crate::journal::{Journal, Report};
 use crate::policy::Policy;
 use crate::sandbox::Sandbox;
 use crate::volume::Volume;
+use crate::workspace::PatchedFile;
 use crate::workspace::history::History;
 use crate::workspace::{
     CreateOutput, EditOutput, EditSpec, FindOutput, ListOutput, ReadOutput, SearchOutput,
@@ -244,6 +245,41 @@ impl Session {
                 o.sha256.clone(),
             )
         })
+    }
+
+    /// ApplyPatch, within the session's policy: one journal entry per file.
+    pub async fn apply_patch(&self, text: &str) -> Result<Vec<PatchedFile>, failure::Error> {
+        let started = Instant::now();
+        let summary = format!("{} bytes", text.len());
+        let result = match self.policy.check_mutation("ApplyPatch") {
+            Ok(()) => {
+                self.history.begin().await;
+                let _turn = self.history.write_turn().await;
+                self.workspace.apply_patch(text, &self.policy).await
+            }
+            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
+        };
+        match result {
+            Ok(files) => {
+                for f in &files {
+                    let summary = format!("{summary}: {:?} {}", f.action, f.path);
+                    self.journal.wrote(
+                        "ApplyPatch",
+                        &summary,
+                        started,
+                        f.path.clone(),
+                        f.sha256_before.clone(),
+                        f.sha256_after.clone().unwrap_or_default(),
+                    );
+                }
+                Ok(files)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.refused("ApplyPatch", &summary, started, &e);
+                Err(e)
+            }
+        }
     }
 
     /// ListDir.

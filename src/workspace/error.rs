@@ -111,6 +111,23 @@ pub enum Error {
     /// Session policy refuses the write.
     #[error("write refused by policy: {0:?}")]
     Denied(crate::policy::Denial),
+    /// The patch cannot be read, or is of a kind not applied.
+    #[error(transparent)]
+    Patch(#[from] super::patch::ParseError),
+    /// A hunk of the patch does not apply to the file.
+    #[error("{path}: {error}")]
+    Hunk {
+        /// Workspace-relative path of the file.
+        path: String,
+        /// The hunk and why.
+        error: super::patch::HunkError,
+    },
+    /// A deleted file holds more than the patch removes.
+    #[error("{path} holds more than the patch deletes")]
+    DeleteIncomplete {
+        /// Workspace-relative path.
+        path: String,
+    },
     /// An unexpected I/O failure.
     #[error("{op} {path}: {source}")]
     Io {

@@ -11,6 +11,8 @@ mod error;
 pub mod history;
 pub mod lock;
 mod ops;
+pub mod patch;
+mod patching;
 pub mod path;
 pub mod remove;
 pub mod tree;
@@ -38,6 +40,7 @@ use walk::{DirEntry, Flow, WalkError};
 pub use walk::{WalkLimit, WalkLimits};
 
 pub use error::Error;
+pub use patching::PatchedFile;
 
 use crate::policy::Policy;
 use write::Target;

@@ -7,6 +7,7 @@
 
 mod common;
 
+mod apply_patch;
 mod archives;
 mod auth;
 mod checkouts;

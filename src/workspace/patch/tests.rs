@@ -1,0 +1,97 @@
+use super::*;
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
+
+#[test]
+fn a_git_patch_of_several_files_parses_with_modes_renames_and_quoted_paths() {
+    let text = "commit message\n\ndiff --git a/calc.py b/calc.py\nindex 1..2 100644\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\ndiff --git a/new.txt b/new.txt\nnew file mode 100755\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hi\n\\ No newline at end of file\ndiff --git a/old b/\"caf\\303\\251\"\nsimilarity index 100%\nrename from old\nrename to \"caf\\303\\251\"\ndiff --git a/gone.txt b/gone.txt\ndeleted file mode 100644\n--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n";
+    let files = parse(text).unwrap();
+    let summary: Vec<(Action, &str, Option<u32>)> = files
+        .iter()
+        .map(|f| (f.action.clone(), f.path(), f.new_mode))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (Action::Modify, "calc.py", None),
+            (Action::Create, "new.txt", Some(0o755)),
+            (Action::Rename, "café", None),
+            (Action::Delete, "gone.txt", None),
+        ]
+    );
+    assert_eq!(apply(b"", &files[1].hunks).unwrap().bytes, b"hi");
+}
+
+#[test]
+fn a_hunk_applies_where_it_says_or_at_its_one_place_elsewhere() {
+    let patch = "--- a/c\n+++ b/c\n@@ -5,2 +5,2 @@\n def sub(a, b):\n-    return a - b\n+    return a - b  # sub\n";
+    let hunks = &parse(patch).unwrap()[0].hunks;
+    let out = apply(CALC.as_bytes(), hunks).unwrap();
+    assert!(
+        String::from_utf8(out.bytes)
+            .unwrap()
+            .ends_with("return a - b  # sub\n")
+    );
+    // The file grew above the hunk: found at its one place further down.
+    let grown = format!("import os\nimport sys\n{CALC}");
+    let out = apply(grown.as_bytes(), hunks).unwrap();
+    assert!(
+        String::from_utf8(out.bytes)
+            .unwrap()
+            .ends_with("return a - b  # sub\n")
+    );
+}
+
+#[test]
+fn a_hunk_found_nowhere_or_twice_is_refused_with_what_is_there() {
+    let twice = "--- a/c\n+++ b/c\n@@ -9,1 +9,1 @@\n-    return a - b\n+    return 0\n";
+    let err = apply(CALC.as_bytes(), &parse(twice).unwrap()[0].hunks).unwrap_err();
+    assert_eq!(err.why, Mismatch::Ambiguous { at: vec![2, 6] });
+    let stale = "--- a/c\n+++ b/c\n@@ -1,2 +1,2 @@\n def add(x, y):\n-    return x - y\n+    return x + y\n";
+    let err = apply(CALC.as_bytes(), &parse(stale).unwrap()[0].hunks).unwrap_err();
+    assert_eq!(err.hunk, 1);
+    assert_eq!(
+        err.why,
+        Mismatch::NotFound {
+            at: 1,
+            found: vec!["def add(a, b):".into(), "    return a - b".into()],
+            past_end: false
+        }
+    );
+    // No fuzz: a whitespace difference is a mismatch.
+    let spaced =
+        "--- a/c\n+++ b/c\n@@ -1,2 +1,2 @@\n def add(a, b):\n-   return a - b\n+    return a + b\n";
+    assert!(apply(CALC.as_bytes(), &parse(spaced).unwrap()[0].hunks).is_err());
+}
+
+#[test]
+fn malformed_and_binary_patches_are_refused() {
+    let cases = [
+        "",
+        "just words\n",
+        "--- a/x\nno plus line\n",
+        "--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n a\n",
+        "--- a/x\n+++ b/x\n@@ bogus @@\n",
+        "--- a/x\n+++ b/x\n",
+        "--- a/x\n+++ b/x\n@@ -3,1 +3,1 @@\n-a\n+b\n@@ -1,1 +1,1 @@\n-c\n+d\n",
+        "--- /dev/null\n+++ /dev/null\n@@ -0,0 +1 @@\n+a\n",
+        "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+    ];
+    for text in cases {
+        assert!(
+            matches!(parse(text), Err(ParseError::Malformed { .. })),
+            "{text:?}: {:?}",
+            parse(text)
+        );
+    }
+    let binary = "diff --git a/img.png b/img.png\nindex 1..2 100644\nGIT binary patch\nliteral 5\n";
+    assert!(matches!(
+        parse(binary),
+        Err(ParseError::Unsupported {
+            what: "a binary patch",
+            ..
+        })
+    ));
+    let marked = "diff --git a/img.png b/img.png\nBinary files a/img.png and b/img.png differ\n";
+    assert!(matches!(parse(marked), Err(ParseError::Unsupported { .. })));
+}
