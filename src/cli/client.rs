@@ -96,6 +96,37 @@ pub enum Verb {
     /// Take, list, restore and delete checkpoints of the workspace.
     #[command(subcommand)]
     Checkpoint(super::checkpoint::CheckpointCommand),
+    /// Bring a directory (packed here) or a .tar / .tar.gz file into the
+    /// workspace; nothing lands unless all of it is safe.
+    Upload {
+        /// A directory, or an archive file.
+        path: PathBuf,
+        /// Directory of the workspace to extract into (default: its root).
+        #[arg(long, default_value = "")]
+        to: String,
+    },
+    /// Write a tar archive of the workspace (or one of its directories or
+    /// files) to -o FILE or to stdout.
+    Download {
+        /// Workspace-relative directory or file (default: everything).
+        #[arg(default_value = "")]
+        path: String,
+        /// Where to write the archive.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Leave out what .gitignore ignores, and .git.
+        #[arg(long)]
+        gitignore: bool,
+        /// Compress with gzip.
+        #[arg(long)]
+        gzip: bool,
+    },
+    /// Apply a unified diff (from FILE or stdin) to the workspace, all or
+    /// nothing.
+    Apply {
+        /// The patch (default: stdin).
+        file: Option<PathBuf>,
+    },
     /// Print lines of a file, numbered.
     Read {
         /// Workspace-relative path.
@@ -380,6 +411,25 @@ async fn call(
             }
         }
         Verb::Checkpoint(cmd) => super::checkpoint::call(&mut c, need_session()?, cmd, con).await,
+        Verb::Upload { path, to } => {
+            super::transfer::upload(&mut c, need_session()?, &path, to, con).await?
+        }
+        Verb::Download {
+            path,
+            output,
+            gitignore,
+            gzip,
+        } => {
+            let req = pb::DownloadArchiveRequest {
+                session_id: need_session()?,
+                path,
+                gitignore,
+                gzip,
+                max_bytes: 0,
+            };
+            super::transfer::download(&mut c, req, output, con).await?
+        }
+        Verb::Apply { file } => super::transfer::apply(&mut c, need_session()?, file, con).await?,
         Verb::Session(SessionCommand::Get { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;
             c.get_session(pb::GetSessionRequest { session_id })

@@ -7,8 +7,8 @@
 //! loopback port and a client of the same user finds), `image`, `client`
 //! (the client verbs), `connect` (reaching the service), `print` (showing
 //! replies), `terminal` (neutralising what reaches a terminal), `env`
-//! (environments), `checkpoint` (changes and checkpoints), `demo` and
-//! `bench`. The library never depends on any of it.
+//! (environments), `checkpoint` (changes and checkpoints), `transfer`
+//! (archives in and out, patches), `demo` and `bench`. The library never depends on any of it.
 
 pub mod bench;
 mod checkpoint;
@@ -21,6 +21,7 @@ mod print;
 pub mod serve;
 mod terminal;
 mod token;
+mod transfer;
 
 use std::path::PathBuf;
 
@@ -85,7 +86,8 @@ pub enum Command {
         user: Option<String>,
     },
     /// The client verbs: `run`, `session`, `env`, `diff`, `checkpoint`,
-    /// `read`, `create`, `edit`, `ls`, `find`, `report`, `grep`.
+    /// `upload`, `download`, `apply`, `read`, `create`, `edit`, `ls`,
+    /// `find`, `report`, `grep`.
     #[command(flatten)]
     Client(client::Verb),
 }

@@ -52,12 +52,25 @@ struct ChannelReader {
     rx: Chunks,
     buf: Vec<u8>,
     pos: usize,
+    runtime: tokio::runtime::Handle,
+    /// A caller that stalls holds a blocking thread and a writer's turn:
+    /// past this it is dropped.
+    stall: Duration,
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         while self.pos == self.buf.len() {
-            match self.rx.blocking_recv() {
+            let next = self
+                .runtime
+                .block_on(tokio::time::timeout(self.stall, self.rx.recv()))
+                .map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no data came for {} s", self.stall.as_secs()),
+                    )
+                })?;
+            match next {
                 Some(Ok(chunk)) => {
                     self.buf = chunk;
                     self.pos = 0;
@@ -73,10 +86,13 @@ impl Read for ChannelReader {
     }
 }
 
-/// Sends what is written, in chunks; fails once the caller went away.
+/// Sends what is written, in chunks; fails once the caller went away or
+/// stopped reading for `stall`.
 struct ChannelWriter {
     tx: mpsc::Sender<Result<DownloadEvent, failure::Error>>,
     buf: Vec<u8>,
+    runtime: tokio::runtime::Handle,
+    stall: Duration,
 }
 
 impl ChannelWriter {
@@ -85,9 +101,20 @@ impl ChannelWriter {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
-        self.tx
-            .blocking_send(Ok(DownloadEvent::Chunk(chunk)))
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "the caller went away"))
+        self.runtime
+            .block_on(
+                self.tx
+                    .send_timeout(Ok(DownloadEvent::Chunk(chunk)), self.stall),
+            )
+            .map_err(|e| match e {
+                mpsc::error::SendTimeoutError::Timeout(_) => io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the caller read nothing for {} s", self.stall.as_secs()),
+                ),
+                mpsc::error::SendTimeoutError::Closed(_) => {
+                    io::Error::new(io::ErrorKind::BrokenPipe, "the caller went away")
+                }
+            })
     }
 }
 
@@ -150,11 +177,15 @@ impl Session {
         let (ws, policy) = (self.workspace.clone(), Arc::clone(&self.policy));
         let limits = self.config.archives.upload;
         let dest = destination.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let stall = self.config.archives.stall;
         let uploaded = tokio::task::spawn_blocking(move || {
             let reader = ChannelReader {
                 rx: chunks,
                 buf: Vec::new(),
                 pos: 0,
+                runtime,
+                stall,
             };
             ws.upload_blocking(&dest, reader, limits, &policy)
         })
@@ -204,15 +235,26 @@ impl Session {
             self.refused("DownloadArchive", &summary, started, &e);
             return Err(e);
         }
-        let turn = self.workspace.walk_turn().await?;
+        // A download holds up to a directory fd per level: few run at once.
+        let turn = Arc::clone(&self.config.download_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::InvalidArgument {
+                field: "path",
+                why: "the service is stopping".into(),
+            })?;
         let (tx, rx) = mpsc::channel(4);
         let ws = self.workspace.clone();
         let journal_tx = tx.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let stall = self.config.archives.stall;
         let written = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let out = ChannelWriter {
                 tx: journal_tx,
                 buf: Vec::with_capacity(CHUNK),
+                runtime,
+                stall,
             };
             if gzip {
                 let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());

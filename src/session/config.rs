@@ -48,6 +48,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// Archives in and out.
     pub archives: ArchiveConfig,
+    /// Downloads that run at once over the whole service; more wait.
+    pub download_slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// Operator settings for archives in and out of workspaces.
@@ -59,6 +61,9 @@ pub struct ArchiveConfig {
     pub download_bytes: u64,
     /// Ceiling on a requested download size.
     pub max_download_bytes: u64,
+    /// Longest a transfer waits for its caller (the next chunk of an
+    /// upload, room for the next chunk of a download) before giving up.
+    pub stall: Duration,
 }
 
 impl Default for ArchiveConfig {
@@ -73,6 +78,7 @@ impl Default for ArchiveConfig {
             },
             download_bytes: defaults::DOWNLOAD_BYTES,
             max_download_bytes: defaults::MAX_DOWNLOAD_BYTES,
+            stall: Duration::from_secs(defaults::TRANSFER_STALL_SECS),
         }
     }
 }
@@ -237,6 +243,7 @@ impl Config {
             },
             history: HistoryConfig::default(),
             archives: ArchiveConfig::default(),
+            download_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::DOWNLOADS)),
         }
     }
 }

@@ -83,6 +83,10 @@ pub const UPLOAD_RATIO: u64 = 200;
 pub const DOWNLOAD_BYTES: u64 = 1 << 30;
 /// Ceiling on a requested download size.
 pub const MAX_DOWNLOAD_BYTES: u64 = 16 << 30;
+/// Seconds a transfer waits for a caller that sends or reads nothing.
+pub const TRANSFER_STALL_SECS: u64 = 60;
+/// Downloads that run at once over the whole service.
+pub const DOWNLOADS: usize = 4;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

@@ -175,6 +175,8 @@ pub struct History {
     /// Writers (file tools, commands) hold it shared; a restore holds it
     /// alone.
     writers: Arc<RwLock<()>>,
+    /// The baseline was taken (or could not be): the fast path of `begin`.
+    begun: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for History {
@@ -204,7 +206,25 @@ impl History {
                 cache: None,
             })),
             writers: Arc::new(RwLock::new(())),
+            begun: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
+    }
+
+    /// A scan's turn: scans hold up to [`ScanLimits::max_depth`] directory
+    /// fds, so they share the service's walk slots.
+    async fn scan_turn(
+        &self,
+    ) -> Result<
+        (
+            tokio::sync::OwnedSemaphorePermit,
+            tokio::sync::OwnedSemaphorePermit,
+        ),
+        Error,
+    > {
+        self.workspace.walk_turn().await.map_err(|e| Error::Io {
+            op: "wait for a walk slot",
+            source: std::io::Error::other(e.to_string()),
+        })
     }
 
     /// A writer's turn: held while a file is written or a command runs;
@@ -222,17 +242,24 @@ impl History {
     /// Takes the baseline if this is the session's first change. Never
     /// fails: a baseline that cannot be kept is recorded as such.
     pub async fn begin(&self) {
+        use std::sync::atomic::Ordering;
+        if self.begun.load(Ordering::Acquire) {
+            return;
+        }
         let mut state = Arc::clone(&self.state).lock_owned().await;
         if !matches!(state.baseline, Baseline::NotYet) {
             return;
         }
-        let (ws, limits) = (self.workspace.clone(), self.limits);
+        let turn = self.scan_turn().await.ok();
+        let (ws, limits, begun) = (self.workspace.clone(), self.limits, Arc::clone(&self.begun));
         let taken = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let st = &mut *state;
             let picture = scan(ws.root_fd(), None, limits.scan, Some(&mut st.store));
             st.baseline = match picture {
                 Ok(m) => {
                     st.store.retain(&m);
+                    st.store.seal();
                     let m = Arc::new(m);
                     st.cache = Some(Arc::clone(&m));
                     Baseline::Taken(m)
@@ -243,6 +270,7 @@ impl History {
                     Baseline::Failed(e.to_string())
                 }
             };
+            begun.store(true, std::sync::atomic::Ordering::Release);
         })
         .await;
         if let Err(e) = taken {
@@ -259,8 +287,10 @@ impl History {
                 limit: self.limits.max_checkpoints,
             });
         }
+        let turn = self.scan_turn().await?;
         let (ws, limits) = (self.workspace.clone(), self.limits);
         blocking(move || {
+            let _turn = turn;
             let st = &mut *state;
             let before = st.store.bytes();
             let cache = st.cache.clone();
@@ -277,6 +307,7 @@ impl History {
                 }
             };
             st.store.retain(&m);
+            st.store.seal();
             let copied_bytes = st.store.bytes() - before;
             let m = Arc::new(m);
             st.cache = Some(Arc::clone(&m));
@@ -368,9 +399,10 @@ impl History {
         let mut state = Arc::clone(&self.state).lock_owned().await;
         let target = Arc::clone(&Self::find(&state, id)?.manifest);
         let info = Self::find(&state, id)?.info.clone();
+        let turn = self.scan_turn().await?;
         let (ws, limits) = (self.workspace.clone(), self.limits);
         blocking(move || {
-            let _alone = alone;
+            let (_alone, _turn) = (alone, turn);
             let st = &mut *state;
             let cache = st.cache.clone();
             let root = ws.root_fd();
@@ -411,8 +443,10 @@ impl History {
         } else {
             Arc::clone(&Self::find(&state, since)?.manifest)
         };
+        let turn = self.scan_turn().await?;
         let (ws, limits, since) = (self.workspace.clone(), self.limits, since.to_string());
         blocking(move || {
+            let _turn = turn;
             let st = &mut *state;
             let cache = st.cache.clone();
             let root = ws.root_fd();

@@ -761,3 +761,81 @@ open(\"f\", \"w\").write(\"bottom\")
     let _ = ws;
     server.stop().await;
 }
+
+/// A caller that stops sending mid-upload, or never reads its download, is
+/// dropped after the stall time: its blocking thread, writer's turn and
+/// download slot come back, and the session goes on serving.
+#[tokio::test]
+async fn callers_that_stall_are_dropped_and_their_slots_come_back() {
+    let server = TestServer::start_with(|c| {
+        c.archives.stall = std::time::Duration::from_secs(2);
+        c.download_slots = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+    })
+    .await;
+    let (id, ws) = server.session().await;
+    std::fs::write(ws.join("big.bin"), vec![7u8; 8 << 20]).unwrap();
+    let before = snapshot(&ws);
+    // Half an archive, then silence with the stream left open.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    use pb::upload_archive_request::Part;
+    tx.send(pb::UploadArchiveRequest {
+        part: Some(Part::Header(pb::UploadArchiveHeader {
+            session_id: id.clone(),
+            destination: String::new(),
+        })),
+    })
+    .await
+    .unwrap();
+    let mut half = Vec::new();
+    raw(
+        &mut half,
+        b"a.txt",
+        tar::EntryType::Regular,
+        &[b'a'; 3000],
+        b"",
+    );
+    half.truncate(1024);
+    tx.send(pb::UploadArchiveRequest {
+        part: Some(Part::Chunk(half)),
+    })
+    .await
+    .unwrap();
+    let t = std::time::Instant::now();
+    let status = server
+        .client
+        .clone()
+        .upload_archive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect_err("a stalled upload is dropped");
+    assert_eq!(
+        crate::common::reason(&status),
+        "ARCHIVE_MALFORMED",
+        "{status:?}"
+    );
+    assert!(status.message().contains("no data came"), "{status:?}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(30));
+    drop(tx);
+    assert_eq!(snapshot(&ws), before);
+    // A download nobody reads holds the only slot until the stall time.
+    let unread = server
+        .client
+        .clone()
+        .download_archive(pb::DownloadArchiveRequest {
+            session_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let (bytes, done) = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        download(&server, &id, "", false, false),
+    )
+    .await
+    .expect("the slot came back")
+    .unwrap();
+    assert_eq!(done.files, 1);
+    assert!(bytes.len() > 8 << 20);
+    drop(unread);
+    server.stop().await;
+}

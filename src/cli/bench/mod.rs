@@ -18,6 +18,7 @@ use tonic::transport::Channel;
 use super::AnyError;
 
 mod environments;
+mod workspaces;
 
 type Client = SandboxClient<Channel>;
 
@@ -36,6 +37,14 @@ pub struct BenchArgs {
     /// Samples of the environment figures (a cold build is measured once).
     #[arg(long, default_value_t = 20)]
     environment_samples: usize,
+    /// Samples of the workspace figures (upload, download, checkpoints).
+    #[arg(long, default_value_t = 5)]
+    workspace_samples: usize,
+    /// Run only these groups (repeatable): round-trip, session-start,
+    /// edits, flood, concurrency, environments, workspaces. Their rows
+    /// replace the rows of the same figures in --out; the others stay.
+    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces"])]
+    only: Vec<String>,
 }
 
 /// Pause before each round-trip sample (see `round_trip`).
@@ -121,32 +130,49 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     };
 
     let mut rows = Vec::new();
+    let wanted = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
     let result = async {
-        settle().await;
-        round_trip(&client, &docker, args.samples, &mut rows).await?;
-        settle().await;
-        session_start(
-            &client,
-            &image,
-            &project,
-            (args.samples / 5).max(5),
-            &mut rows,
-        )
-        .await?;
-        settle().await;
-        edits(&client, (args.samples / 2).max(10), &mut rows).await?;
-        settle().await;
-        flood(&client, args.flood_bytes, &mut rows, settle).await?;
-        concurrency(&client, &mut rows, settle).await?;
-        settle().await;
-        environments::figures(
-            &client,
-            &registry,
-            pool_size,
-            args.environment_samples,
-            &mut rows,
-        )
-        .await?;
+        if wanted("round-trip") {
+            settle().await;
+            round_trip(&client, &docker, args.samples, &mut rows).await?;
+        }
+        if wanted("session-start") {
+            settle().await;
+            session_start(
+                &client,
+                &image,
+                &project,
+                (args.samples / 5).max(5),
+                &mut rows,
+            )
+            .await?;
+        }
+        if wanted("edits") {
+            settle().await;
+            edits(&client, (args.samples / 2).max(10), &mut rows).await?;
+        }
+        if wanted("flood") {
+            settle().await;
+            flood(&client, args.flood_bytes, &mut rows, settle).await?;
+        }
+        if wanted("concurrency") {
+            concurrency(&client, &mut rows, settle).await?;
+        }
+        if wanted("environments") {
+            settle().await;
+            environments::figures(
+                &client,
+                &registry,
+                pool_size,
+                args.environment_samples,
+                &mut rows,
+            )
+            .await?;
+        }
+        if wanted("workspaces") {
+            settle().await;
+            workspaces::figures(&client, args.workspace_samples.max(1), &mut rows).await?;
+        }
         Ok::<(), AnyError>(())
     }
     .await;
@@ -155,10 +181,11 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
 
     let mut report = render(&rows);
     println!("{report}");
-    // Hand-written sections after the table stay.
-    if let Ok(old) = std::fs::read_to_string(&args.out)
-        && let Some(at) = old.find("\n## ")
-    {
+    let old = std::fs::read_to_string(&args.out).unwrap_or_default();
+    if !args.only.is_empty() && !old.is_empty() {
+        report = merge(&old, &rows);
+    } else if let Some(at) = old.find("\n## ") {
+        // Hand-written sections after the table stay.
         report.push_str(&old[at..]);
     }
     std::fs::write(&args.out, &report)?;
@@ -566,6 +593,37 @@ fn machine() -> String {
             ]
         ),
     )
+}
+
+/// `old` with the table rows of `rows`' figures replaced (or added at the
+/// table's end), everything else as it was.
+fn merge(old: &str, rows: &[Row]) -> String {
+    let line = |r: &Row| {
+        format!(
+            "| {} | {} | {} | {} | {} |",
+            r.figure, r.ours, r.baseline, r.ratio, r.target
+        )
+    };
+    let mut lines: Vec<String> = old.lines().map(str::to_string).collect();
+    // The first table is the figures'.
+    let start = lines.iter().position(|l| l.starts_with("| figure |"));
+    let end = start.map(|s| s + lines[s..].iter().take_while(|l| l.starts_with('|')).count());
+    let (Some(start), Some(mut end)) = (start, end) else {
+        return render(rows);
+    };
+    for r in rows {
+        let head = format!("| {} |", r.figure);
+        match lines[start..end].iter().position(|l| l.starts_with(&head)) {
+            Some(i) => lines[start + i] = line(r),
+            None => {
+                lines.insert(end, line(r));
+                end += 1;
+            }
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
 }
 
 fn render(rows: &[Row]) -> String {

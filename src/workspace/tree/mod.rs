@@ -14,8 +14,9 @@
 //! inode, size, mtime and ctime are those recorded reuses the recorded hash.
 //! A command can set mtime, but not ctime: the kernel sets it to the
 //! current time on every change. A recorded hash is trusted only when the
-//! file's ctime was already well before the earlier scan began (as git
-//! treats "racily clean" entries), so a file changed twice within one clock
+//! file's ctime was already [`SETTLED`] before the earlier scan began (as
+//! git treats "racily clean" entries): the kernel stamps ctime from a clock
+//! that ticks every few milliseconds, so a file changed twice within one
 //! tick around a scan is read again, never taken for unchanged.
 
 pub mod changes;
@@ -201,10 +202,17 @@ impl Manifest {
     }
 }
 
-/// A file's ctime is settled when it is more than a second before `scan`:
-/// no write after the scan began can have left it that old.
+/// How long before a scan a file's ctime must lie for the scan's hash of
+/// it to be trusted later: well over the kernel's coarse clock tick (at
+/// most 10 ms, HZ=100), by which the ctime of a write after the scan began
+/// may lag the scan's own clock.
+pub const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A file's ctime is settled when it lies [`SETTLED`] before `scan`: no
+/// write after the scan began can have left it that old.
 fn settled(ctime: (i64, u64), scan: (i64, u64)) -> bool {
-    ctime.0.saturating_add(1) < scan.0
+    let ns = |(s, n): (i64, u64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+    ns(ctime) + SETTLED.as_nanos() as i128 <= ns(scan)
 }
 
 /// Bounds of one scan.

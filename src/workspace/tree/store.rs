@@ -1,15 +1,19 @@
 //! The content-addressed store of one workspace's pictures: each distinct
-//! file content is kept once, as a file named by its sha256 in a directory
-//! of the service's own (never inside the workspace, where a command could
-//! reach it). Pictures hold references; a content no picture refers to is
-//! removed. The store has a budget of bytes: past it, keeping more is
-//! refused, and the blobs of the picture being taken are dropped again.
+//! file content is kept once, by its sha256, in a directory of the
+//! service's own (never inside the workspace, where a command could reach
+//! it). Contents are appended to pack files, one per picture taken, so
+//! keeping ten thousand files is one sequential write rather than ten
+//! thousand file creations; a content already kept is not written again
+//! (what was appended is cut off). Pictures hold references; a pack whose
+//! contents no picture refers to any more is removed. The store has a
+//! budget of bytes on disk: past it, keeping more is refused, and the pack
+//! of the picture being taken is dropped again.
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 use sha2::{Digest, Sha256};
@@ -37,8 +41,19 @@ pub enum Error {
 
 #[derive(Debug)]
 struct Blob {
+    pack: u64,
+    offset: u64,
     size: u64,
     refs: u32,
+}
+
+#[derive(Debug)]
+struct Pack {
+    file: File,
+    /// Bytes in the file.
+    len: u64,
+    /// Contents in it that are kept (with or without references).
+    blobs: u32,
 }
 
 /// One workspace's kept contents.
@@ -46,9 +61,37 @@ struct Blob {
 pub struct Store {
     dir: OwnedFd,
     blobs: HashMap<Hash, Blob>,
-    bytes: u64,
+    packs: HashMap<u64, Pack>,
+    /// The pack being appended to, until [`Store::seal`].
+    open: Option<u64>,
+    next_pack: u64,
     budget: u64,
-    seq: u64,
+}
+
+/// A kept content, read from its pack.
+pub struct BlobReader<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for BlobReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.end - self.pos;
+        if left == 0 {
+            return Ok(0);
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "a kept content is cut short",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
 }
 
 impl Store {
@@ -58,15 +101,16 @@ impl Store {
         Store {
             dir,
             blobs: HashMap::new(),
-            bytes: 0,
+            packs: HashMap::new(),
+            open: None,
+            next_pack: 0,
             budget,
-            seq: 0,
         }
     }
 
-    /// Bytes kept.
+    /// Bytes on disk.
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.packs.values().map(|p| p.len).sum()
     }
 
     /// The budget of bytes.
@@ -79,69 +123,107 @@ impl Store {
         self.blobs.contains_key(hash)
     }
 
-    /// Keeps everything `src` yields; returns its hash and size. Hashes
-    /// while copying, so the source is read once.
-    pub fn put(&mut self, src: &mut impl Read) -> Result<(Hash, u64), Error> {
-        self.seq += 1;
-        let tmp = format!("tmp.{}", self.seq);
-        let flags =
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.dir, tmp.as_str(), flags, Mode::from_raw_mode(0o600))
-            .map_err(|e| Error::Write(e.into()))?;
-        let copied = self.copy(src, &mut File::from(fd));
-        let (hash, size) = match copied {
-            Ok(done) => done,
-            Err(e) => {
-                let _ = rustix::fs::unlinkat(&self.dir, tmp.as_str(), AtFlags::empty());
-                return Err(e);
-            }
-        };
-        if self.blobs.contains_key(&hash) {
-            let _ = rustix::fs::unlinkat(&self.dir, tmp.as_str(), AtFlags::empty());
-            return Ok((hash, size));
-        }
-        rustix::fs::renameat(
-            &self.dir,
-            tmp.as_str(),
-            &self.dir,
-            hex::encode(hash).as_str(),
-        )
-        .map_err(|e| Error::Write(e.into()))?;
-        self.blobs.insert(hash, Blob { size, refs: 0 });
-        self.bytes += size;
-        Ok((hash, size))
+    fn pack_name(n: u64) -> String {
+        format!("pack.{n}")
     }
 
-    fn copy(&self, src: &mut impl Read, dst: &mut File) -> Result<(Hash, u64), Error> {
+    /// The pack being appended to, made if there is none.
+    fn open_pack(&mut self) -> Result<u64, Error> {
+        if let Some(n) = self.open {
+            return Ok(n);
+        }
+        let n = self.next_pack;
+        self.next_pack += 1;
+        let flags =
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(
+            &self.dir,
+            Self::pack_name(n).as_str(),
+            flags,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| Error::Write(e.into()))?;
+        self.packs.insert(
+            n,
+            Pack {
+                file: File::from(fd),
+                len: 0,
+                blobs: 0,
+            },
+        );
+        self.open = Some(n);
+        Ok(n)
+    }
+
+    /// Ends the pack being appended to: the next content starts a new one.
+    /// Called once a picture is taken (or failed), so a picture's pack goes
+    /// away whole when nothing refers to it.
+    pub fn seal(&mut self) {
+        self.open = None;
+    }
+
+    /// Keeps everything `src` yields; returns its hash and size. Hashes
+    /// while appending, so the source is read once; a content kept already
+    /// is cut off again.
+    pub fn put(&mut self, src: &mut impl Read) -> Result<(Hash, u64), Error> {
+        let n = self.open_pack()?;
+        let used = self.bytes();
+        let budget = self.budget;
+        let pack = self.packs.get_mut(&n).expect("opened above");
+        let offset = pack.len;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 256 * 1024];
         let mut total = 0u64;
-        loop {
-            let n = match src.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::Read(e)),
-            };
-            total += n as u64;
-            if self.bytes + total > self.budget {
-                return Err(Error::Full {
-                    budget: self.budget,
-                    used: self.bytes,
-                });
+        let copied = (|| {
+            loop {
+                let got = match src.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(got) => got,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::Read(e)),
+                };
+                total += got as u64;
+                if used + total > budget {
+                    return Err(Error::Full { budget, used });
+                }
+                h.update(&buf[..got]);
+                pack.file
+                    .write_all_at(&buf[..got], offset + total - got as u64)
+                    .map_err(Error::Write)?;
             }
-            h.update(&buf[..n]);
-            dst.write_all(&buf[..n]).map_err(Error::Write)?;
+            Ok(())
+        })();
+        let hash: Hash = h.finalize().into();
+        if copied.is_err() || self.blobs.contains_key(&hash) {
+            // Nothing of it is kept: the pack ends where it ended.
+            pack.file.set_len(offset).map_err(Error::Write)?;
+            copied?;
+            return Ok((hash, total));
         }
-        Ok((h.finalize().into(), total))
+        pack.len = offset + total;
+        pack.blobs += 1;
+        self.blobs.insert(
+            hash,
+            Blob {
+                pack: n,
+                offset,
+                size: total,
+                refs: 0,
+            },
+        );
+        Ok((hash, total))
     }
 
-    /// Opens the kept content `hash` for reading.
-    pub fn open(&self, hash: &Hash) -> io::Result<File> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let name = hex::encode(hash);
-        let fd = rustix::fs::openat(&self.dir, OsStr::new(&name), flags, Mode::empty())?;
-        Ok(File::from(fd))
+    /// The kept content `hash`, for reading.
+    pub fn open(&self, hash: &Hash) -> io::Result<BlobReader<'_>> {
+        let missing = || io::Error::new(io::ErrorKind::NotFound, "the content is not kept");
+        let blob = self.blobs.get(hash).ok_or_else(missing)?;
+        let pack = self.packs.get(&blob.pack).ok_or_else(missing)?;
+        Ok(BlobReader {
+            file: &pack.file,
+            pos: blob.offset,
+            end: blob.offset + blob.size,
+        })
     }
 
     /// Reads the kept content `hash` whole.
@@ -160,8 +242,8 @@ impl Store {
         }
     }
 
-    /// Every content of `m` loses a reference; contents left without one
-    /// are removed.
+    /// Every content of `m` loses a reference; what is left without one is
+    /// dropped.
     pub fn release(&mut self, m: &Manifest) {
         for hash in files(m) {
             if let Some(blob) = self.blobs.get_mut(hash) {
@@ -171,9 +253,11 @@ impl Store {
         self.collect();
     }
 
-    /// Removes every content no picture refers to (those kept for a
-    /// picture that was then not taken).
+    /// Drops every content no picture refers to (those kept for a picture
+    /// that was then not taken, or whose pictures were deleted), and
+    /// removes the packs left with none. Seals the open pack.
     pub fn collect(&mut self) {
+        self.seal();
         let dead: Vec<Hash> = self
             .blobs
             .iter()
@@ -181,14 +265,26 @@ impl Store {
             .map(|(h, _)| *h)
             .collect();
         for hash in dead {
-            if let Some(blob) = self.blobs.remove(&hash) {
-                self.bytes -= blob.size;
+            if let Some(blob) = self.blobs.remove(&hash)
+                && let Some(pack) = self.packs.get_mut(&blob.pack)
+            {
+                pack.blobs -= 1;
             }
-            let _ = rustix::fs::unlinkat(&self.dir, hex::encode(hash).as_str(), AtFlags::empty());
+        }
+        let empty: Vec<u64> = self
+            .packs
+            .iter()
+            .filter(|(_, p)| p.blobs == 0)
+            .map(|(n, _)| *n)
+            .collect();
+        for n in empty {
+            self.packs.remove(&n);
+            let _ = rustix::fs::unlinkat(&self.dir, Self::pack_name(n).as_str(), AtFlags::empty());
         }
     }
 
-    /// Bytes of `m`'s contents that no other picture holds.
+    /// Bytes of `m`'s contents that no other picture holds. (Disk space
+    /// comes back when every content of a pack is dropped.)
     pub fn own_bytes(&self, m: &Manifest) -> u64 {
         files(m)
             .into_iter()
@@ -200,7 +296,7 @@ impl Store {
 }
 
 /// The distinct contents of `m`.
-fn files(m: &Manifest) -> std::collections::HashSet<&Hash> {
+fn files(m: &Manifest) -> HashSet<&Hash> {
     m.entries
         .values()
         .filter_map(|n| match n {
