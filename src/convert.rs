@@ -587,7 +587,10 @@ impl From<ChangesOutput> for pb::GetChangesResponse {
         } else {
             format!("since checkpoint {}", c.since)
         };
-        let mut message = format!("{n} paths changed {since}");
+        let mut message = format!(
+            "{n} {} changed {since}",
+            if n == 1 { "path" } else { "paths" }
+        );
         if c.changes.truncated {
             message.push_str(&format!(
                 "; the listing stops at {n}: more changed (take a checkpoint of the fixed state and list from there)"

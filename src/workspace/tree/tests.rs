@@ -228,6 +228,11 @@ fn changes_list_hashes_and_make_a_patch_git_applies() {
         ]
     );
     assert_eq!(out.omitted(), 1);
+    crate::provision::ensure(&[crate::provision::Need {
+        program: "git",
+        package: "git",
+    }])
+    .expect("git checks the patch");
     let patch = pristine.path().join("fix.patch");
     fs::write(&patch, &out.patch).unwrap();
     let git = std::process::Command::new("git")

@@ -50,8 +50,9 @@ pub enum Mode {
 
 /// Ensures the host prerequisites of the tests, installing what a fresh
 /// machine lacks as the service itself would (see `sandboxd::provision`):
-/// a static busybox for the image without libc, and `su` to act as another
-/// local user. (debootstrap comes with the first image build, runsc with
+/// a static busybox for the image without libc, `su` to act as another
+/// local user, `git` and `tar` to check patches and archives with the
+/// tools people use. (debootstrap comes with the first image build, runsc with
 /// the first gVisor server.) Runs once per process.
 pub fn prepare_host() {
     use sandboxd::provision::{Need, ensure};
@@ -65,6 +66,15 @@ pub fn prepare_host() {
             Need {
                 program: "su",
                 package: "util-linux",
+            },
+            // Patches are checked with `git apply`, archives with `tar`.
+            Need {
+                program: "git",
+                package: "git",
+            },
+            Need {
+                program: "tar",
+                package: "tar",
             },
         ];
         if let Err(e) = ensure(&needs) {
