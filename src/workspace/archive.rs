@@ -1035,18 +1035,7 @@ impl<W: Write> Writer<'_, W> {
             depth: usize,
         }
         let names = |fd: &OwnedFd, path: &[u8]| -> Result<Vec<Vec<u8>>, DownloadError> {
-            let mut out = Vec::new();
-            let dir =
-                rustix::fs::Dir::read_from(fd).map_err(|e| read_err_at(&show(path), e.into()))?;
-            for e in dir {
-                let e = e.map_err(|e| read_err_at(&show(path), e.into()))?;
-                let n = e.file_name().to_bytes();
-                if n != b"." && n != b".." {
-                    out.push(n.to_vec());
-                }
-            }
-            out.sort_unstable();
-            Ok(out)
+            super::tree::names(fd).map_err(|e| read_err_at(&show(path), e))
         };
         let first = names(&top, b"")?;
         let mut stack = vec![Frame {

@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{TestServer, assert_refused_unchanged, snapshot};
+use crate::common::{TestServer, assert_refused_unchanged, refusals, snapshot};
 use sandboxd::pb;
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
@@ -55,20 +55,12 @@ async fn apply(
 }
 
 async fn session(server: &TestServer) -> (String, std::path::PathBuf) {
-    let s = server
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            policy: Some(pb::Policy {
-                deny_writes: vec!["**/*.secret".into()],
-                ..Default::default()
-            }),
+    server
+        .session_with(pb::Policy {
+            deny_writes: vec!["**/*.secret".into()],
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
-    (s.session_id, s.workspace_path.into())
 }
 
 #[tokio::test]
@@ -284,25 +276,11 @@ async fn every_bad_patch_is_refused_with_its_reason_and_no_file_changes() {
     std::os::unix::fs::symlink(outside.path(), ws.join("out")).unwrap();
     let cases = bad_patches();
     assert!(cases.len() >= 15);
-    let mut failures = Vec::new();
-    for (name, patch, want) in cases {
-        let before = snapshot(&ws);
-        match apply(&server, &id, &patch).await {
-            Ok(r) => failures.push(format!("{name}: applied ({})", r.message)),
-            Err(status) => {
-                let got = crate::common::reason(&status);
-                if got != want {
-                    failures.push(format!(
-                        "{name}: {got} instead of {want}: {}",
-                        status.message()
-                    ));
-                }
-            }
-        }
-        if snapshot(&ws) != before {
-            failures.push(format!("{name}: the workspace changed"));
-        }
-    }
+    let calls = cases
+        .iter()
+        .map(|(name, patch, want)| (*name, *want, apply(&server, &id, patch)))
+        .collect();
+    let failures = refusals(&ws, calls).await;
     assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     assert!(failures.is_empty(), "{failures:#?}");
 
@@ -331,22 +309,14 @@ async fn every_bad_patch_is_refused_with_its_reason_and_no_file_changes() {
 #[tokio::test]
 async fn a_read_only_session_cannot_patch() {
     let server = TestServer::start().await;
-    let s = server
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            policy: Some(pb::Policy {
-                read_only: true,
-                ..Default::default()
-            }),
+    let (id, ws) = server
+        .session_with(pb::Policy {
+            read_only: true,
             ..Default::default()
         })
-        .await
-        .unwrap()
-        .into_inner();
-    let ws = std::path::PathBuf::from(&s.workspace_path);
+        .await;
     project(&ws);
     let patch = "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-# calc\n+# calculator\n";
-    assert_refused_unchanged(apply(&server, &s.session_id, patch), "POLICY_DENIED", &ws).await;
+    assert_refused_unchanged(apply(&server, &id, patch), "POLICY_DENIED", &ws).await;
     server.stop().await;
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
-    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, run, snapshot,
+    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, refusals, run, snapshot,
 };
 use sandboxd::pb;
 use tokio_stream::StreamExt;
@@ -566,20 +566,12 @@ fn hostile() -> Vec<(&'static str, Vec<u8>, &'static str)> {
 #[tokio::test]
 async fn every_hostile_archive_is_refused_with_its_reason_and_changes_nothing() {
     let server = TestServer::start().await;
-    let s = server
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            policy: Some(pb::Policy {
-                deny_writes: vec!["**/*.secret".into()],
-                ..Default::default()
-            }),
+    let (id, ws) = server
+        .session_with(pb::Policy {
+            deny_writes: vec!["**/*.secret".into()],
             ..Default::default()
         })
-        .await
-        .unwrap()
-        .into_inner();
-    let (id, ws) = (s.session_id, std::path::PathBuf::from(s.workspace_path));
+        .await;
     let outside = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(outside.path(), ws.join("planted")).unwrap();
     std::fs::create_dir_all(ws.join("inner/dir")).unwrap();
@@ -588,25 +580,11 @@ async fn every_hostile_archive_is_refused_with_its_reason_and_changes_nothing() 
     std::fs::write(ws.join("existing.txt"), "mine\n").unwrap();
     let cases = hostile();
     assert!(cases.len() >= 25, "{} cases", cases.len());
-    let mut failures = Vec::new();
-    for (name, bytes, want) in cases {
-        let before = snapshot(&ws);
-        match upload(&server, &id, "", bytes).await {
-            Ok(r) => failures.push(format!("{name}: accepted ({r:?})")),
-            Err(status) => {
-                let got = crate::common::reason(&status);
-                if got != want {
-                    failures.push(format!(
-                        "{name}: {got} instead of {want}: {}",
-                        status.message()
-                    ));
-                }
-            }
-        }
-        if snapshot(&ws) != before {
-            failures.push(format!("{name}: the workspace changed"));
-        }
-    }
+    let calls = cases
+        .into_iter()
+        .map(|(name, bytes, want)| (name, want, upload(&server, &id, "", bytes)))
+        .collect();
+    let failures = refusals(&ws, calls).await;
     assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none());
     assert!(failures.is_empty(), "{failures:#?}");
 

@@ -530,32 +530,20 @@ async fn checkpoint_refusals_name_their_reason_and_change_nothing() {
 #[tokio::test]
 async fn a_read_only_session_may_checkpoint_but_not_restore() {
     let server = TestServer::start().await;
-    let s = server
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            policy: Some(pb::Policy {
-                read_only: true,
-                ..Default::default()
-            }),
+    let (id, ws) = server
+        .session_with(pb::Policy {
+            read_only: true,
             ..Default::default()
         })
-        .await
-        .unwrap()
-        .into_inner();
-    let ws = Path::new(&s.workspace_path).to_path_buf();
+        .await;
     project(&ws);
-    let cp = checkpoint(&server, &s.session_id, "")
-        .await
-        .checkpoint
-        .unwrap();
+    let cp = checkpoint(&server, &id, "").await.checkpoint.unwrap();
     std::fs::write(ws.join("README.md"), "changed outside\n").unwrap();
     assert_refused_unchanged(
-        server.client.clone().restore_checkpoint(restore_req(
-            &s.session_id,
-            &cp.checkpoint_id,
-            false,
-        )),
+        server
+            .client
+            .clone()
+            .restore_checkpoint(restore_req(&id, &cp.checkpoint_id, false)),
         "POLICY_DENIED",
         &ws,
     )

@@ -298,7 +298,7 @@ fn now() -> (i64, u64) {
 }
 
 /// The names in directory `dir`, sorted, `.` and `..` left out.
-fn names(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+pub(crate) fn names(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;

@@ -48,6 +48,35 @@ pub async fn assert_refused_unchanged<T: Debug>(
     status
 }
 
+/// Runs a table of hostile calls, one after the other: each must be
+/// refused with its reason and leave `root` as it was. Returns what went
+/// wrong, one line per case, so that a table reports every failing row.
+pub async fn refusals<T: Debug, F: Future<Output = Result<T, tonic::Status>>>(
+    root: &Path,
+    cases: Vec<(&str, &str, F)>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (name, want, call) in cases {
+        let before = snapshot(root);
+        match call.await {
+            Ok(r) => failures.push(format!("{name}: accepted ({r:?})")),
+            Err(status) => {
+                let got = reason(&status);
+                if got != want {
+                    failures.push(format!(
+                        "{name}: {got} instead of {want}: {}",
+                        status.message()
+                    ));
+                }
+            }
+        }
+        if snapshot(root) != before {
+            failures.push(format!("{name}: the workspace changed"));
+        }
+    }
+    failures
+}
+
 /// Every regular file and symlink under `root` with its bytes (symlinks as
 /// their target), to prove a refusal changed nothing.
 pub fn snapshot(root: &Path) -> BTreeMap<String, Vec<u8>> {

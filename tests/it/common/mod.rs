@@ -22,7 +22,7 @@ use sandboxd::session::Config;
 use tempfile::TempDir;
 
 pub use files::{
-    assert_refused, assert_refused_unchanged, edit, edit_req, read_req, reason, snapshot,
+    assert_refused, assert_refused_unchanged, edit, edit_req, read_req, reason, refusals, snapshot,
 };
 pub use local::Client;
 pub use run::{run, run_req, try_run};
@@ -197,6 +197,22 @@ impl TestServer {
             .client
             .clone()
             .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        (s.session_id, s.workspace_path.into())
+    }
+
+    /// Opens a session over a fresh workspace with `policy`; returns (id,
+    /// host path).
+    pub async fn session_with(&self, policy: pb::Policy) -> (String, std::path::PathBuf) {
+        let s = self
+            .client
+            .clone()
+            .create_session(pb::CreateSessionRequest {
+                policy: Some(policy),
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner();
