@@ -783,10 +783,18 @@ fn history_status(err: &history::Error) -> Described {
         H::Restore(e) => status(
             Code::Aborted,
             reason::RESTORE_FAILED,
-            format!(
-                "The restore failed ({e}) and every step it had taken was undone: the workspace is as it \
-                 was before the call. Free space or fix what the error names, then retry."
-            ),
+            match &e.left_in {
+                None => format!(
+                    "The restore failed ({e}) and every step it had taken was undone: the workspace \
+                     is as it was before the call. Free space or fix what the error names, then retry."
+                ),
+                Some(dir) => format!(
+                    "The restore failed ({e}), and something changed the workspace meanwhile, so not \
+                     every step could be undone: what could not be put back is in {dir}. Stop what \
+                     writes in the workspace (RestoreCheckpoint with stop_commands resets the \
+                     sandbox), then restore again."
+                ),
+            },
             &[("path", e.path.clone())],
         ),
         H::Busy => status(
@@ -907,10 +915,17 @@ fn upload_status(err: &archive::Error) -> Described {
         A::Land(e) => status(
             Code::Aborted,
             reason::IO_ERROR,
-            format!(
-                "The archive could not be extracted ({e}); every step taken was undone. {NONE} \
-                 Free space (the disk quota counts the staged files too) and retry."
-            ),
+            match &e.left_in {
+                None => format!(
+                    "The archive could not be extracted ({e}); every step taken was undone. {NONE} \
+                     Free space (the disk quota counts the staged files too) and retry."
+                ),
+                Some(dir) => format!(
+                    "The archive could not be extracted ({e}), and something changed the workspace \
+                     meanwhile, so not every step could be undone: what could not be put back is in \
+                     {dir}. Stop what writes in the workspace and retry."
+                ),
+            },
             &[("path", e.path.clone())],
         ),
         A::Read(e) => status(

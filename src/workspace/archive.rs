@@ -545,11 +545,7 @@ fn special(path: &str, what: &'static str) -> Error {
 }
 
 fn stage_err(path: &str, source: io::Error) -> Error {
-    Error::Land(restore::Error {
-        op: "stage",
-        path: path.to_string(),
-        source,
-    })
+    Error::Land(restore::Error::new("stage", path, source))
 }
 
 /// No entry lies below a symlink or a file of the archive itself.
@@ -588,13 +584,7 @@ fn stage_file(
     owner: Option<(u32, u32)>,
     path: &str,
 ) -> Result<(), StageError> {
-    let w = |e: io::Error| {
-        StageError::Write(restore::Error {
-            op: "stage",
-            path: path.to_string(),
-            source: e,
-        })
-    };
+    let w = |e: io::Error| StageError::Write(restore::Error::new("stage", path, e));
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(
         stage,

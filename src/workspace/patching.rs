@@ -232,7 +232,14 @@ fn land(inner: &Inner, targets: &[Target], planned: &[Planned]) -> Result<(), Er
     let io = |e: restore::Error| Error::Io {
         op: "apply the patch to",
         path: e.path,
-        source: e.source,
+        source: match e.left_in {
+            None => e.source,
+            Some(dir) => std::io::Error::other(format!(
+                "{}; something changed the workspace meanwhile and not every step could be undone: \
+                 what could not be put back is in {dir}",
+                e.source
+            )),
+        },
     };
     let stage = Stage::new(root, "patch").map_err(io)?;
     let result = (|| {

@@ -54,14 +54,26 @@ pub struct Error {
     pub path: String,
     /// The OS error.
     pub source: io::Error,
+    /// Set when a step could not be undone (something swapped a directory
+    /// meanwhile): the workspace-relative staging directory, kept and given
+    /// to the workspace's owner, where what could not be put back lies.
+    pub left_in: Option<String>,
+}
+
+impl Error {
+    /// An error of `op` on `path`, before anything was changed.
+    pub fn new(op: &'static str, path: &str, source: io::Error) -> Error {
+        Error {
+            op,
+            path: path.to_string(),
+            source,
+            left_in: None,
+        }
+    }
 }
 
 fn fail<'p>(op: &'static str, path: &'p [u8]) -> impl FnOnce(io::Error) -> Error + 'p {
-    move |source| Error {
-        op,
-        path: show(path),
-        source,
-    }
+    move |source| Error::new(op, &show(path), source)
 }
 
 fn errno<'p>(op: &'static str, path: &'p [u8]) -> impl FnOnce(rustix::io::Errno) -> Error + 'p {
@@ -89,6 +101,8 @@ pub enum Step<'a> {
 pub struct Stage {
     name: String,
     fd: OwnedFd,
+    /// An undo failed: what it holds must stay for its owner.
+    keep: std::cell::Cell<bool>,
 }
 
 impl Stage {
@@ -98,7 +112,11 @@ impl Stage {
         rustix::fs::mkdirat(root, name.as_str(), Mode::from_raw_mode(0o700))
             .map_err(errno("create the staging directory", name.as_bytes()))?;
         match open_dir(root, name.as_bytes()) {
-            Ok(fd) => Ok(Stage { name, fd }),
+            Ok(fd) => Ok(Stage {
+                name,
+                fd,
+                keep: std::cell::Cell::new(false),
+            }),
             Err(e) => {
                 let _ = remove_tree_at(root, OsStr::new(&name));
                 Err(fail("open the staging directory", name.as_bytes())(e))
@@ -111,8 +129,12 @@ impl Stage {
         &self.fd
     }
 
-    /// Removes the directory and all it holds.
+    /// Removes the directory and all it holds, unless an undo failed: then
+    /// it stays, with what could not be put back.
     pub fn remove(self, root: &OwnedFd) {
+        if self.keep.get() {
+            return;
+        }
         drop(self.fd);
         if let Err(e) = remove_tree_at(root, OsStr::new(&self.name)) {
             tracing::warn!(error = %e, "cannot remove a staging directory");
@@ -130,10 +152,25 @@ pub fn land(
 ) -> Result<(), Error> {
     let mut undo = Vec::new();
     let applied = apply(root, &stage.fd, steps, owner, &mut undo);
-    if applied.is_err() {
-        rollback(root, &stage.fd, undo);
+    match applied {
+        Ok(()) => Ok(()),
+        Err(mut e) => {
+            if rollback(root, &stage.fd, undo) > 0 {
+                // What could not be put back lies in the staging directory:
+                // it stays, its owner's, and the caller is told where.
+                stage.keep.set(true);
+                if let Some((uid, gid)) = owner {
+                    let _ = rustix::fs::fchown(
+                        &stage.fd,
+                        Some(Uid::from_raw(uid)),
+                        Some(Gid::from_raw(gid)),
+                    );
+                }
+                e.left_in = Some(stage.name.clone());
+            }
+            Err(e)
+        }
     }
-    applied
 }
 
 /// A step done, and how to undo it.
@@ -417,14 +454,10 @@ fn apply(
                 let (dir, name) = parents
                     .of(path)
                     .map_err(fail("open the directory of", path))?;
-                let name = OsStr::from_bytes(name);
-                let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(errno("read the mode of", path))?;
-                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty())
-                    .map_err(errno("set the mode of", path))?;
+                let was = chmod_nofollow(dir, name, mode).map_err(fail("set the mode of", path))?;
                 undo.push(Done::Chmod {
                     path: path.to_vec(),
-                    mode: st.st_mode & 0o7777,
+                    mode: was,
                 });
             }
         }
@@ -433,8 +466,10 @@ fn apply(
 }
 
 /// Undoes `done`, newest first. Best effort: each inverse is a rename,
-/// rmdir or chmod of what the step itself made.
-fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) {
+/// rmdir or chmod of what the step itself made. Returns how many steps
+/// could not be undone.
+fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) -> usize {
+    let mut failed = 0;
     let mut parents = Parents { root, last: None };
     for step in done.into_iter().rev() {
         let result: io::Result<()> = (|| match &step {
@@ -466,20 +501,48 @@ fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) {
             }
             Done::Chmod { path, mode } => {
                 let (dir, name) = parents.of(path)?;
-                rustix::fs::chmodat(
-                    dir,
-                    OsStr::from_bytes(name),
-                    Mode::from_raw_mode(*mode),
-                    AtFlags::empty(),
-                )?;
-                Ok(())
+                chmod_nofollow(dir, name, *mode).map(|_| ())
             }
         })();
         if let Err(e) = result {
+            failed += 1;
             tracing::warn!(error = %e, "cannot undo a step of a failed restore");
         }
         parents.forget();
     }
+    failed
+}
+
+/// Sets the mode of the directory or regular file `name` of `dir`, never
+/// through a symlink (chmod follows one, and a command may swap one in at
+/// any moment): the entry is opened `O_PATH | O_NOFOLLOW`, checked to be a
+/// directory or a regular file, and changed through that very fd. Returns
+/// the mode it had.
+pub fn chmod_nofollow(dir: &OwnedFd, name: &[u8], mode: u32) -> io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let fd = rustix::fs::openat(
+        dir,
+        OsStr::from_bytes(name),
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Directory | rustix::fs::FileType::RegularFile => {}
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a directory or a regular file (a symlink was swapped in?)",
+            ));
+        }
+    }
+    // fchmod refuses an O_PATH fd; its /proc link names the very inode
+    // opened, which is no symlink.
+    rustix::fs::chmod(
+        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+        Mode::from_raw_mode(mode),
+    )?;
+    Ok(st.st_mode & 0o7777)
 }
 
 fn rand_u64() -> u64 {

@@ -281,3 +281,41 @@ fn copy_tree(from: &Path, to: &Path) {
         .unwrap();
     assert!(ok.success());
 }
+
+#[test]
+fn a_mode_is_never_set_through_a_symlink() {
+    let (ws, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let secret = outside.path().join("secret");
+    fs::write(&secret, "s").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::create_dir(ws.path().join("d")).unwrap();
+    symlink(&secret, ws.path().join("d/victim")).unwrap();
+    symlink(outside.path(), ws.path().join("dirlink")).unwrap();
+    let r = root(ws.path());
+    // A restore, an upload or a patch setting the mode of what was a file
+    // or a directory when it was planned, and is a symlink now.
+    let stage = restore::Stage::new(&r, "test").unwrap();
+    for path in [&b"d/victim"[..], b"dirlink", b"dirlink/secret"] {
+        let steps = [restore::Step::Chmod(path, 0o777)];
+        assert!(
+            restore::land(&r, &stage, &steps, None).is_err(),
+            "{}",
+            show(path)
+        );
+    }
+    stage.remove(&r);
+    let mode = fs::metadata(&secret).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mode = fs::metadata(outside.path()).unwrap().permissions().mode();
+    assert_ne!(mode & 0o777, 0o777);
+    // A real file's mode is set, and its old one returned.
+    fs::write(ws.path().join("f"), "x").unwrap();
+    fs::set_permissions(ws.path().join("f"), fs::Permissions::from_mode(0o644)).unwrap();
+    let dir = open_dir(&r, b".").unwrap();
+    assert_eq!(restore::chmod_nofollow(&dir, b"f", 0o755).unwrap(), 0o644);
+    let mode = fs::metadata(ws.path().join("f"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+}
