@@ -297,7 +297,10 @@ impl Sandbox for SandboxService {
             }
         };
         let session = self.registry.get(&header.session_id)?;
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let turn = self.registry.upload_turn().await;
+        // Two chunks in flight at most: the stream is read as fast as the
+        // extraction takes it.
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
         // Forwards the chunks; stops when the extraction stops reading.
         tokio::spawn(async move {
             loop {
@@ -318,7 +321,7 @@ impl Sandbox for SandboxService {
                 }
             }
         });
-        let out = session.upload_archive(header.destination, rx).await?;
+        let out = session.upload_archive(header.destination, rx, turn).await?;
         Ok(Response::new(out.into()))
     }
 

@@ -136,14 +136,17 @@ impl Session {
     /// UploadArchive: extracts the archive in `chunks` into `destination`.
     /// An upload before the session's first change is part of where it
     /// began (see [`crate::workspace::history`]).
+    /// `turn` is the upload's slot (see `Registry::upload_turn`), held
+    /// until the extraction ends.
     pub async fn upload_archive(
         &self,
         destination: String,
         chunks: Chunks,
+        turn: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<Upload, failure::Error> {
         let started = Instant::now();
         let summary = format!("into {destination:?}");
-        let result = self.upload_inner(destination, chunks, started).await;
+        let result = self.upload_inner(destination, chunks, started, turn).await;
         match &result {
             Ok(u) => self.journal.changed_tree(
                 "UploadArchive",
@@ -169,6 +172,7 @@ impl Session {
         destination: String,
         chunks: Chunks,
         started: Instant,
+        turn: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<Upload, failure::Error> {
         self.policy
             .check_mutation("UploadArchive")
@@ -180,6 +184,7 @@ impl Session {
         let runtime = tokio::runtime::Handle::current();
         let stall = self.config.archives.stall;
         let uploaded = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let reader = ChannelReader {
                 rx: chunks,
                 buf: Vec::new(),

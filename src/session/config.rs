@@ -50,6 +50,10 @@ pub struct Config {
     pub archives: ArchiveConfig,
     /// Downloads that run at once over the whole service; more wait.
     pub download_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Uploads that run at once over the whole service; more wait, their
+    /// streams unread (each running one holds a blocking thread and a few
+    /// chunks in memory).
+    pub upload_slots: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 /// Operator settings for archives in and out of workspaces.
@@ -88,6 +92,8 @@ impl Default for ArchiveConfig {
 pub struct HistoryConfig {
     /// Checkpoints a session keeps at once.
     pub max_checkpoints: usize,
+    /// Most memory a session's checkpoint pictures take together.
+    pub max_memory: usize,
     /// Most changed paths listed.
     pub max_changes: usize,
     /// Bytes of patch when the request says 0.
@@ -102,6 +108,7 @@ impl Default for HistoryConfig {
     fn default() -> Self {
         HistoryConfig {
             max_checkpoints: defaults::MAX_CHECKPOINTS,
+            max_memory: defaults::CHECKPOINT_MEMORY,
             max_changes: defaults::MAX_CHANGES,
             patch_bytes: defaults::PATCH_BYTES,
             max_patch_bytes: defaults::MAX_PATCH_BYTES,
@@ -244,6 +251,7 @@ impl Config {
             history: HistoryConfig::default(),
             archives: ArchiveConfig::default(),
             download_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::DOWNLOADS)),
+            upload_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::UPLOADS)),
         }
     }
 }

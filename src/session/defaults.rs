@@ -63,6 +63,8 @@ pub const MAX_BUILD_OUTPUT_CAP: u64 = 4 << 20;
 pub const MAX_RUNNING_BUILDS: u64 = 2;
 /// Checkpoints a session keeps at once.
 pub const MAX_CHECKPOINTS: usize = 100;
+/// Bytes of service memory a session's checkpoint pictures may take.
+pub const CHECKPOINT_MEMORY: usize = 256 << 20;
 /// Most changed paths GetChanges lists.
 pub const MAX_CHANGES: usize = 10_000;
 /// Bytes of patch GetChanges returns unless the caller asks otherwise.
@@ -85,6 +87,8 @@ pub const DOWNLOAD_BYTES: u64 = 1 << 30;
 pub const MAX_DOWNLOAD_BYTES: u64 = 16 << 30;
 /// Seconds a transfer waits for a caller that sends or reads nothing.
 pub const TRANSFER_STALL_SECS: u64 = 60;
+/// Uploads that run at once over the whole service.
+pub const UPLOADS: usize = 4;
 /// Downloads that run at once over the whole service.
 pub const DOWNLOADS: usize = 4;
 /// Address `serve` listens on, and clients call.

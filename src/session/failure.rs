@@ -770,6 +770,16 @@ fn history_status(err: &history::Error) -> Described {
             ),
             &[("limit", limit.to_string())],
         ),
+        H::TooLarge { bytes, limit } => status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_CHECKPOINTS,
+            format!(
+                "The session's checkpoints would take {bytes} bytes of the service's memory (their \
+                 listings of every path), over the {limit} a session may. {UNCHANGED} Delete \
+                 checkpoints that are no longer needed, or remove files the workspace does not need."
+            ),
+            &[("limit", limit.to_string())],
+        ),
         H::Scan(e) => scan_status(e, "No checkpoint was taken and nothing was changed."),
         H::NoBaseline(why) => status(
             Code::FailedPrecondition,
@@ -851,6 +861,7 @@ fn upload_status(err: &archive::Error) -> Described {
                     format!("is longer than {max} bytes (or has a component over 255)")
                 }
                 BadName::Empty => "names nothing".to_string(),
+                BadName::TooDeep(max) => format!("has more than {max} levels"),
             };
             status(
                 Code::InvalidArgument,
@@ -985,6 +996,15 @@ fn scan_status(err: &ScanError, outcome: &str) -> Described {
             format!(
                 "The directory {path} lies deeper than {limit} levels. {outcome} Remove the deep tree \
                  (for example `rm -rf` it with RunCommand) and retry."
+            ),
+            &[("path", path.clone()), ("limit", limit.to_string())],
+        ),
+        ScanError::PathTooLong { path, limit } => status(
+            Code::FailedPrecondition,
+            reason::TREE_TOO_DEEP,
+            format!(
+                "A path in the workspace is longer than {limit} bytes ({path}...). {outcome} Remove \
+                 or rename that tree (for example `rm -rf` it with RunCommand) and retry."
             ),
             &[("path", path.clone()), ("limit", limit.to_string())],
         ),

@@ -290,6 +290,15 @@ impl Registry {
         Ok(info)
     }
 
+    /// An upload's turn among the service's upload slots: taken before its
+    /// stream is read, so waiting uploads hold no memory and no thread.
+    pub async fn upload_turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.config.upload_slots)
+            .acquire_owned()
+            .await
+            .ok()
+    }
+
     /// The session `id`, marked as used now.
     pub fn get(&self, id: &str) -> Result<Arc<Session>, Error> {
         let session = self
@@ -552,6 +561,7 @@ async fn history_of(
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     let limits = HistoryLimits {
         max_checkpoints: config.history.max_checkpoints,
+        max_memory: config.history.max_memory,
         scan: config.history.scan,
     };
     Ok(History::new(workspace.clone(), dir, budget, limits))

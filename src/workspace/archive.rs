@@ -35,6 +35,9 @@ use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timestamps, Uid};
 use super::tree::restore::{self, Stage, Step};
 use super::tree::{open_dir, open_file, show};
 
+/// Most levels of an entry's path.
+pub const MAX_DEPTH: usize = 256;
+
 /// Ceilings of one upload.
 #[derive(Debug, Clone, Copy)]
 pub struct UploadLimits {
@@ -105,6 +108,8 @@ pub enum BadName {
     NotUtf8,
     /// Longer than the ceiling.
     TooLong(usize),
+    /// More levels than the ceiling.
+    TooDeep(usize),
     /// Nothing left once `.` and `/` are dropped.
     Empty,
 }
@@ -291,6 +296,10 @@ fn normalise(raw: &[u8], max: usize) -> Result<String, Error> {
     let joined = parts.join(&b'/');
     if joined.len() > max || parts.iter().any(|p| p.len() > 255) {
         return Err(bad(BadName::TooLong(max)));
+    }
+    // Checkpoints and changes picture no deeper tree.
+    if parts.len() > MAX_DEPTH {
+        return Err(bad(BadName::TooDeep(MAX_DEPTH)));
     }
     String::from_utf8(joined).map_err(|_| bad(BadName::NotUtf8))
 }
@@ -651,45 +660,72 @@ enum There {
     Other,
 }
 
-/// Looks at `path` under `root`, one component at a time. An ancestor that
-/// is a symlink or not a directory is refused (an entry would be written
-/// through or below it).
-fn there(root: &OwnedFd, path: &str, entry: &str) -> Result<There, Error> {
-    let mut dir = open_dir(root, b".").map_err(|e| stage_err("", e))?;
-    let parts: Vec<&str> = path.split('/').collect();
-    for (i, name) in parts.iter().enumerate() {
-        let st = match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(rustix::io::Errno::NOENT) => return Ok(There::Nothing),
-            Err(e) => return Err(stage_err(path, e.into())),
-        };
-        let kind = match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => There::Dir,
-            FileType::Symlink => There::Symlink,
-            _ => There::Other,
-        };
-        if i + 1 == parts.len() {
-            return Ok(kind);
-        }
-        let at = parts[..=i].join("/");
-        match kind {
-            There::Dir => {}
-            There::Symlink => {
-                return Err(Error::Unsafe {
-                    entry: entry.to_string(),
-                    why: Unsafe::ThroughSymlink(at),
-                });
-            }
-            _ => {
-                return Err(Error::Unsafe {
-                    entry: entry.to_string(),
-                    why: Unsafe::BelowFile(at),
-                });
-            }
-        }
-        dir = open_dir(&dir, name.as_bytes()).map_err(|e| stage_err(path, e))?;
+/// Looks at workspace paths one component at a time, never following a
+/// symlink, keeping the directories of the last path open: entries come in
+/// path order, so most lookups open nothing.
+struct Looker {
+    base: OwnedFd,
+    /// Open directories below `base`, by name, outermost first.
+    chain: Vec<(String, OwnedFd)>,
+}
+
+impl Looker {
+    fn new(root: &OwnedFd) -> Result<Looker, Error> {
+        Ok(Looker {
+            base: open_dir(root, b".").map_err(|e| stage_err("", e))?,
+            chain: Vec::new(),
+        })
     }
-    Ok(There::Dir)
+
+    /// What is at `path`. An ancestor that is a symlink or not a directory
+    /// is refused (`entry` would be written through or below it).
+    fn there(&mut self, path: &str, entry: &str) -> Result<There, Error> {
+        let parts: Vec<&str> = path.split('/').collect();
+        let (last, dirs) = parts.split_last().expect("split yields one part");
+        let keep = self
+            .chain
+            .iter()
+            .zip(dirs)
+            .take_while(|((have, _), want)| have == *want)
+            .count();
+        self.chain.truncate(keep);
+        for (i, name) in dirs.iter().enumerate().skip(keep) {
+            let dir = self.chain.last().map_or(&self.base, |(_, fd)| fd);
+            let at = || parts[..=i].join("/");
+            match Self::kind(dir, name, path)? {
+                There::Nothing => return Ok(There::Nothing),
+                There::Dir => {}
+                There::Symlink => {
+                    return Err(Error::Unsafe {
+                        entry: entry.to_string(),
+                        why: Unsafe::ThroughSymlink(at()),
+                    });
+                }
+                There::Other => {
+                    return Err(Error::Unsafe {
+                        entry: entry.to_string(),
+                        why: Unsafe::BelowFile(at()),
+                    });
+                }
+            }
+            let fd = open_dir(dir, name.as_bytes()).map_err(|e| stage_err(path, e))?;
+            self.chain.push((name.to_string(), fd));
+        }
+        let dir = self.chain.last().map_or(&self.base, |(_, fd)| fd);
+        Self::kind(dir, last, path)
+    }
+
+    fn kind(dir: &OwnedFd, name: &str, path: &str) -> Result<There, Error> {
+        match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory => There::Dir,
+                FileType::Symlink => There::Symlink,
+                _ => There::Other,
+            }),
+            Err(rustix::io::Errno::NOENT) => Ok(There::Nothing),
+            Err(e) => Err(stage_err(path, e.into())),
+        }
+    }
 }
 
 /// The steps that land the staged entries under `dest`, checked against
@@ -711,12 +747,16 @@ fn plan(
     let mut steps = Vec::new();
     let mut made: HashSet<String> = HashSet::new();
     let mut modes = Vec::new();
+    let mut looker = Looker::new(root)?;
     // The destination and every directory an entry needs, made if missing.
-    let mut ensure_dir = |path: &str, entry: &str, steps: &mut Vec<PlannedStep>| {
+    let mut ensure_dir = |looker: &mut Looker,
+                          path: &str,
+                          entry: &str,
+                          steps: &mut Vec<PlannedStep>| {
         if path.is_empty() || made.contains(path) {
             return Ok(false);
         }
-        let kind = there(root, path, entry)?;
+        let kind = looker.there(path, entry)?;
         let new = match kind {
             There::Dir => false,
             There::Nothing => {
@@ -747,7 +787,7 @@ fn plan(
         .flat_map(|d| ancestors(d).chain((!d.is_empty()).then_some(d)))
     {
         // Anything written there is written through it.
-        if ensure_dir(p, &format!("{dest}/"), &mut steps)? {
+        if ensure_dir(&mut looker, p, &format!("{dest}/"), &mut steps)? {
             modes.push((p.to_string(), 0o755));
         }
     }
@@ -755,19 +795,19 @@ fn plan(
         let path = at(rel);
         for a in ancestors(rel) {
             let full = at(a);
-            if ensure_dir(&full, &path, &mut steps)? && !entries.contains_key(a) {
+            if ensure_dir(&mut looker, &full, &path, &mut steps)? && !entries.contains_key(a) {
                 modes.push((full, 0o755));
             }
         }
         match &entries[rel] {
             Staged::Dir { mode } => {
-                if ensure_dir(&path, &path, &mut steps)? {
+                if ensure_dir(&mut looker, &path, &path, &mut steps)? {
                     modes.push((path, *mode));
                 }
             }
             Staged::Entry { n, .. } => {
                 allow(&path).map_err(Error::Denied)?;
-                match there(root, &path, &path)? {
+                match looker.there(&path, &path)? {
                     There::Nothing => steps.push(PlannedStep::Place(path.into_bytes(), *n)),
                     There::Dir => {
                         return Err(Error::Conflict {

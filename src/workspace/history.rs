@@ -33,6 +33,8 @@ use super::tree::{Manifest, ScanError, ScanLimits, scan};
 pub struct HistoryLimits {
     /// Most checkpoints kept at once.
     pub max_checkpoints: usize,
+    /// Most memory the pictures of the checkpoints take together.
+    pub max_memory: usize,
     /// Bounds of every scan.
     pub scan: ScanLimits,
 }
@@ -41,6 +43,7 @@ impl Default for HistoryLimits {
     fn default() -> Self {
         HistoryLimits {
             max_checkpoints: 100,
+            max_memory: 256 << 20,
             scan: ScanLimits::default(),
         }
     }
@@ -60,6 +63,14 @@ pub enum Error {
     /// As many checkpoints as allowed are kept.
     #[error("the session keeps {limit} checkpoints already")]
     TooMany {
+        /// The bound.
+        limit: usize,
+    },
+    /// The checkpoints' pictures would take more memory than allowed.
+    #[error("the checkpoints would take {bytes} bytes of memory, over {limit}")]
+    TooLarge {
+        /// What they would take.
+        bytes: usize,
         /// The bound.
         limit: usize,
     },
@@ -306,6 +317,14 @@ impl History {
                     return Err(e.into());
                 }
             };
+            let held: usize = st.checkpoints.iter().map(|c| c.manifest.memory()).sum();
+            if held + m.memory() > limits.max_memory {
+                st.store.collect();
+                return Err(Error::TooLarge {
+                    bytes: held + m.memory(),
+                    limit: limits.max_memory,
+                });
+            }
             st.store.retain(&m);
             st.store.seal();
             let copied_bytes = st.store.bytes() - before;

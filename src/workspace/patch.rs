@@ -3,7 +3,8 @@
 //! The rule is EditFile's, per hunk: the hunk's context and removed lines
 //! must be found exactly, byte for byte, where the hunk says (shifted by
 //! what earlier hunks added or removed), or else at exactly one place
-//! after the previous hunk. No fuzz: no line is ever skipped or matched
+//! after the previous hunk and within [`NEARBY`] lines of where it says
+//! (which bounds what one hunk can cost, whatever the file). No fuzz: no line is ever skipped or matched
 //! loosely. A hunk found nowhere, or at more than one place, refuses the
 //! whole patch, naming the file and the hunk and showing the lines that are
 //! there instead, so the model can read again and retry.
@@ -505,6 +506,9 @@ impl fmt::Display for HunkError {
 
 const SHOWN_LINES: usize = 12;
 
+/// How far from where a hunk says (in lines, either way) it is looked for.
+pub const NEARBY: usize = 1000;
+
 fn shown(lines: &[&[u8]]) -> Vec<String> {
     lines
         .iter()
@@ -569,10 +573,9 @@ pub fn apply(old: &[u8], hunks: &[Hunk]) -> Result<Applied, HunkError> {
                 },
             });
         } else {
-            let found: Vec<usize> = (cursor..=lines.len().saturating_sub(want.len()))
-                .filter(|&at| fits(at))
-                .take(10)
-                .collect();
+            let lo = cursor.max(named.saturating_sub(NEARBY));
+            let hi = (named + NEARBY).min(lines.len().saturating_sub(want.len()));
+            let found: Vec<usize> = (lo..=hi).filter(|&at| fits(at)).take(10).collect();
             match found.as_slice() {
                 [one] => *one,
                 [] => {

@@ -468,6 +468,11 @@ fn hostile() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             INVALID,
         ),
         (
+            "300 levels deep",
+            archive(|o| long(o, "a/".repeat(300).as_bytes(), b"x")),
+            INVALID,
+        ),
+        (
             "300-byte component",
             archive(|o| long(o, "n".repeat(300).as_bytes(), b"x")),
             INVALID,
@@ -748,6 +753,7 @@ async fn callers_that_stall_are_dropped_and_their_slots_come_back() {
     let server = TestServer::start_with(|c| {
         c.archives.stall = std::time::Duration::from_secs(2);
         c.download_slots = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        c.upload_slots = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
     })
     .await;
     let (id, ws) = server.session().await;
@@ -779,11 +785,21 @@ async fn callers_that_stall_are_dropped_and_their_slots_come_back() {
     .await
     .unwrap();
     let t = std::time::Instant::now();
-    let status = server
-        .client
-        .clone()
-        .upload_archive(tokio_stream::wrappers::ReceiverStream::new(rx))
+    let mut client = server.client.clone();
+    let stalled = tokio::spawn(async move {
+        client
+            .upload_archive(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+    });
+    // Another upload waits for the only slot, unread, and gets it once the
+    // stalled one is dropped.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let good = archive(|o| raw(o, b"b.txt", tar::EntryType::Regular, b"b", b""));
+    let second = upload(&server, &id, "", good).await.unwrap();
+    assert_eq!(second.files, 1);
+    let status = stalled
         .await
+        .unwrap()
         .expect_err("a stalled upload is dropped");
     assert_eq!(
         crate::common::reason(&status),
@@ -793,6 +809,8 @@ async fn callers_that_stall_are_dropped_and_their_slots_come_back() {
     assert!(status.message().contains("no data came"), "{status:?}");
     assert!(t.elapsed() < std::time::Duration::from_secs(30));
     drop(tx);
+    assert!(!ws.join("a.txt").exists());
+    std::fs::remove_file(ws.join("b.txt")).unwrap();
     assert_eq!(snapshot(&ws), before);
     // A download nobody reads holds the only slot until the stall time.
     let unread = server

@@ -614,3 +614,42 @@ async fn checkpoints_count_against_the_disk_quota() {
     assert!(third.store_bytes <= 2 * 12_000_000 + 1024, "{third:?}");
     server.stop().await;
 }
+
+/// A page written through a shared mapping while it is dirty changes no
+/// timestamp: the scan writes the workspace back first, so the next write
+/// faults and stamps ctime, and the change is seen.
+#[tokio::test]
+async fn a_write_through_a_shared_mapping_is_not_missed() {
+    let server = TestServer::with_docker().await;
+    let (id, ws) = server.session().await;
+    let writer = "head -c 4096 /dev/zero | tr '\\0' A > m
+setsid python3 -c '
+import mmap, os, time
+f = open(\"m\", \"r+b\")
+mm = mmap.mmap(f.fileno(), 4096)
+mm[0:1] = b\"B\"
+while not os.path.exists(\"go\"):
+    time.sleep(0.05)
+mm[1:2] = b\"C\"
+open(\"done\", \"w\").write(\"1\")
+time.sleep(120)
+' > /dev/null 2>&1 < /dev/null &";
+    let started = run(&server.client, &id, writer, 30_000).await;
+    assert_eq!(started.exit.exit_code, 0, "{}", started.stderr());
+    // The first write's ctime settles; the page stays dirty, mapped.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cp = checkpoint(&server, &id, "").await.checkpoint.unwrap();
+    std::fs::write(ws.join("go"), "").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !ws.join("done").exists() {
+        assert!(std::time::Instant::now() < until, "the writer never wrote");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let bytes = std::fs::read(ws.join("m")).unwrap();
+    assert_eq!(&bytes[..2], b"BC");
+    let after = changes(&server, &id, &cp.checkpoint_id).await;
+    let paths: Vec<&str> = after.changes.iter().map(|c| c.path.as_str()).collect();
+    assert!(paths.contains(&"m"), "{paths:?}");
+    assert_ne!(after.digest, cp.digest);
+    server.stop().await;
+}

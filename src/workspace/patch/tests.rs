@@ -95,3 +95,31 @@ fn malformed_and_binary_patches_are_refused() {
     let marked = "diff --git a/img.png b/img.png\nBinary files a/img.png and b/img.png differ\n";
     assert!(matches!(parse(marked), Err(ParseError::Unsupported { .. })));
 }
+
+#[test]
+fn a_hunk_is_looked_for_nearby_only() {
+    // The hunk's lines occur once, 5,000 lines below where it says.
+    let mut text = String::new();
+    for i in 0..5000 {
+        text.push_str(&format!("filler {i}\n"));
+    }
+    text.push_str("unique a\nunique b\n");
+    let patch = "--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n unique a\n-unique b\n+unique c\n";
+    let hunks = &parse(patch).unwrap()[0].hunks;
+    let err = apply(text.as_bytes(), hunks).unwrap_err();
+    assert!(
+        matches!(err.why, Mismatch::NotFound { at: 1, .. }),
+        "{err:?}"
+    );
+    // Within the bound it is found.
+    let near = patch.replace(
+        "@@ -1,2 +1,2 @@",
+        &format!("@@ -{},2 +{},2 @@", 5001 - NEARBY + 1, 5001 - NEARBY + 1),
+    );
+    let out = apply(text.as_bytes(), &parse(&near).unwrap()[0].hunks).unwrap();
+    assert!(
+        String::from_utf8(out.bytes)
+            .unwrap()
+            .ends_with("unique a\nunique c\n")
+    );
+}

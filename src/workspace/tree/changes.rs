@@ -176,6 +176,11 @@ pub fn changes(
     let (mut listed, truncated) = list(base, now, bounds.max_changes);
     let mut body = Vec::new();
     for change in &mut listed {
+        // Once the patch is full, nothing more is read or diffed.
+        if body.len() >= bounds.max_patch_bytes {
+            change.omitted = Some(Omitted::PatchFull);
+            continue;
+        }
         let old = match base.entries.get(&change.path) {
             Some(node) if change.before.is_some() => Some(contents(
                 node,

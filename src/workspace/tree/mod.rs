@@ -173,6 +173,20 @@ impl Manifest {
         hex::encode(h.finalize())
     }
 
+    /// About how many bytes of memory the picture takes.
+    pub fn memory(&self) -> usize {
+        self.entries
+            .iter()
+            .map(|(p, n)| {
+                96 + p.len()
+                    + match n {
+                        Node::Symlink { target } => target.len(),
+                        _ => 0,
+                    }
+            })
+            .sum()
+    }
+
     /// Regular files, and the bytes they hold.
     pub fn file_totals(&self) -> (u64, u64) {
         self.entries
@@ -222,6 +236,9 @@ pub struct ScanLimits {
     pub max_depth: usize,
     /// Most entries of the whole tree.
     pub max_entries: usize,
+    /// Longest path, in bytes: a picture holds every path, so a tree of
+    /// long names would otherwise cost the service its size in memory.
+    pub max_path_bytes: usize,
 }
 
 impl Default for ScanLimits {
@@ -229,6 +246,7 @@ impl Default for ScanLimits {
         ScanLimits {
             max_depth: 256,
             max_entries: 1_000_000,
+            max_path_bytes: 4096,
         }
     }
 }
@@ -240,6 +258,14 @@ pub enum ScanError {
     #[error("{path} lies deeper than {limit} directory levels")]
     TooDeep {
         /// The first directory found too deep.
+        path: String,
+        /// The bound.
+        limit: usize,
+    },
+    /// A path is longer than [`ScanLimits::max_path_bytes`].
+    #[error("{path}... is longer than {limit} bytes")]
+    PathTooLong {
+        /// The path's first bytes.
         path: String,
         /// The bound.
         limit: usize,
@@ -368,9 +394,16 @@ pub fn scan(
     limits: ScanLimits,
     mut store: Option<&mut Store>,
 ) -> Result<Manifest, ScanError> {
+    let top = open_dir(root, b".").map_err(io_err(b""))?;
+    // A page written through a shared mapping while it is dirty changes
+    // neither mtime nor ctime; once written back, the next write faults and
+    // stamps ctime again. So the cache can only be trusted for what was
+    // written back before the scan began.
+    if cache.is_some() {
+        let _ = rustix::fs::syncfs(&top);
+    }
     let started = now();
     let mut entries = BTreeMap::new();
-    let top = open_dir(root, b".").map_err(io_err(b""))?;
     let root_dev = rustix::fs::fstat(&top)
         .map_err(|e| io_err(b"")(e.into()))?
         .st_dev;
@@ -393,6 +426,12 @@ pub fn scan(
             });
         }
         let path = join(&frame.path, &name);
+        if path.len() > limits.max_path_bytes {
+            return Err(ScanError::PathTooLong {
+                path: show(&path[..200.min(path.len())]),
+                limit: limits.max_path_bytes,
+            });
+        }
         let st = match rustix::fs::statat(
             &frame.fd,
             OsStr::from_bytes(&name),

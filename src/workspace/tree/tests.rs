@@ -156,6 +156,7 @@ fn a_tree_too_deep_or_too_large_is_refused_by_name() {
     let limits = ScanLimits {
         max_depth: 5,
         max_entries: 100,
+        ..ScanLimits::default()
     };
     match scan(&r, None, limits, None) {
         Err(ScanError::TooDeep { path, limit: 5 }) => assert_eq!(path, "d/d/d/d/d/d"),
@@ -164,10 +165,19 @@ fn a_tree_too_deep_or_too_large_is_refused_by_name() {
     let limits = ScanLimits {
         max_depth: 50,
         max_entries: 4,
+        ..ScanLimits::default()
     };
     assert!(matches!(
         scan(&r, None, limits, None),
         Err(ScanError::TooMany { limit: 4 })
+    ));
+    let limits = ScanLimits {
+        max_path_bytes: 9,
+        ..ScanLimits::default()
+    };
+    assert!(matches!(
+        scan(&r, None, limits, None),
+        Err(ScanError::PathTooLong { limit: 9, .. })
     ));
 }
 
