@@ -634,6 +634,7 @@ impl From<ChangesOutput> for pb::GetChangesResponse {
                             Some(Omitted::Binary) => pb::OmittedReason::OmittedBinary,
                             Some(Omitted::TooLarge) => pb::OmittedReason::OmittedTooLarge,
                             Some(Omitted::PatchFull) => pb::OmittedReason::OmittedPatchFull,
+                            Some(Omitted::GitInternal) => pb::OmittedReason::OmittedGitInternal,
                         }
                         .into(),
                     }

@@ -3,8 +3,10 @@
 //! git's format that `git apply` accepts on the older tree.
 //!
 //! Git's view is kept: directories are not listed (an empty one cannot be
-//! in a patch), nor anything inside a `.git` directory, and of a file's
-//! mode only the executable bit counts. A binary file (a NUL byte in its
+//! in a patch), nor anything inside a `.git` directory but its `config` and
+//! `hooks` (listed, never patched: a command that changes them changes what
+//! git runs, which a reviewer must see), and of a file's mode only the
+//! executable bit counts. A binary file (a NUL byte in its
 //! first 8000 bytes, as git decides) or one past the size bound is listed
 //! and named at the head of the patch, where `git apply` reads nothing,
 //! but its bytes are not inlined.
@@ -49,6 +51,8 @@ pub enum Omitted {
     TooLarge,
     /// The patch reached [`Bounds::max_patch_bytes`] before it.
     PatchFull,
+    /// Git's own configuration or hooks, which no patch carries.
+    GitInternal,
 }
 
 /// One changed path.
@@ -127,8 +131,15 @@ fn side(node: &Node) -> Option<Side> {
     })
 }
 
-fn in_git_dir(path: &[u8]) -> bool {
-    path.split(|b| *b == b'/').any(|c| c == b".git")
+/// Whether `path` lies inside a `.git` directory, and if so whether it is
+/// its configuration or a hook (what changes the code git runs).
+fn in_git_dir(path: &[u8]) -> Option<bool> {
+    let parts: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
+    let at = parts.iter().position(|c| *c == b".git")?;
+    Some(matches!(
+        parts.get(at + 1),
+        Some(&b"config") | Some(&b"hooks")
+    ))
 }
 
 /// The paths changed from `base` to `now`, in path order.
@@ -138,7 +149,8 @@ pub fn list(base: &Manifest, now: &Manifest, max: usize) -> (Vec<Change>, bool) 
     paths.sort_unstable();
     paths.dedup();
     for path in paths {
-        if in_git_dir(path) {
+        let git = in_git_dir(path);
+        if git == Some(false) {
             continue;
         }
         let before = base.entries.get(path).and_then(side);
@@ -158,7 +170,7 @@ pub fn list(base: &Manifest, now: &Manifest, max: usize) -> (Vec<Change>, bool) 
             kind,
             before,
             after,
-            omitted: None,
+            omitted: git.map(|_| Omitted::GitInternal),
         });
     }
     (out, false)
@@ -176,6 +188,9 @@ pub fn changes(
     let (mut listed, truncated) = list(base, now, bounds.max_changes);
     let mut body = Vec::new();
     for change in &mut listed {
+        if change.omitted.is_some() {
+            continue;
+        }
         // Once the patch is full, nothing more is read or diffed.
         if body.len() >= bounds.max_patch_bytes {
             change.omitted = Some(Omitted::PatchFull);
@@ -232,6 +247,7 @@ pub fn changes(
             let why = match c.omitted {
                 Some(Omitted::Binary) => "binary",
                 Some(Omitted::TooLarge) => "too large to diff",
+                Some(Omitted::GitInternal) => "git configuration or hook: review it by hand",
                 _ => "past the patch size bound",
             };
             let hashes = |s: &Option<Side>| {

