@@ -6,9 +6,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 
-use crate::common::{TestServer, assert_refused_unchanged, refusals, snapshot};
+use crate::common::{TestServer, assert_refused_unchanged, git, refusals, snapshot};
 use sandboxd::pb;
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
@@ -21,21 +20,6 @@ fn project(ws: &Path) {
     std::fs::write(ws.join("obsolete.txt"), "remove me\n").unwrap();
     std::fs::write(ws.join("run.sh"), "#!/bin/sh\necho run\n").unwrap();
     std::fs::write(ws.join("blob.bin"), b"\x00\x01\x02binary").unwrap();
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 async fn apply(

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{
-    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, refusals, run, snapshot,
+    TestServer, assert_refused, assert_refused_unchanged, edit, edit_req, git, refusals, run,
+    snapshot,
 };
 use sandboxd::pb;
 use tokio_stream::StreamExt;
@@ -118,20 +119,6 @@ fn files(root: &Path) -> BTreeMap<String, (bool, Vec<u8>)> {
             (k, (exec, v))
         })
         .collect()
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test]

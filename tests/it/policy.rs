@@ -13,20 +13,6 @@ use crate::common::{
 };
 use sandboxd::pb;
 
-async fn session_with(server: &TestServer, policy: pb::Policy) -> (String, std::path::PathBuf) {
-    let s = server
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            policy: Some(policy),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    (s.session_id, s.workspace_path.into())
-}
-
 fn project(ws: &Path) {
     std::fs::create_dir_all(ws.join("src")).unwrap();
     std::fs::create_dir_all(ws.join("tests/unit")).unwrap();
@@ -165,7 +151,7 @@ async fn read_only_session_refuses_every_mutation_and_changes_nothing() {
 #[tokio::test]
 async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
     let server = TestServer::start().await;
-    let (id, ws) = session_with(&server, deny_tests()).await;
+    let (id, ws) = server.session_with(deny_tests()).await;
     project(&ws);
     // Routes into tests/ that a lexical check would miss.
     symlink("../tests/test_calc.py", ws.join("src/link_to_test.py")).unwrap();
@@ -253,15 +239,13 @@ async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
 #[tokio::test]
 async fn a_grant_never_overrides_a_deny_and_operator_rules_bind_every_session() {
     let server = TestServer::start_with(|c| c.deny_writes = vec!["secrets/**".into()]).await;
-    let (id, ws) = session_with(
-        &server,
-        pb::Policy {
+    let (id, ws) = server
+        .session_with(pb::Policy {
             deny_writes: vec!["tests/**".into()],
             allow_writes: vec!["**".into(), "tests/**".into(), "secrets/**".into()],
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .await;
     let s = server
         .client
         .clone()
@@ -286,7 +270,7 @@ async fn a_grant_never_overrides_a_deny_and_operator_rules_bind_every_session() 
     assert!(!ws.join("tests").exists() && !ws.join("secrets").exists());
 
     // Operator rules bind a session that asked for nothing.
-    let (plain, plain_ws) = session_with(&server, pb::Policy::default()).await;
+    let (plain, plain_ws) = server.session_with(pb::Policy::default()).await;
     let req = pb::CreateFileRequest {
         session_id: plain,
         path: "Secrets/k".into(),
@@ -299,14 +283,12 @@ async fn a_grant_never_overrides_a_deny_and_operator_rules_bind_every_session() 
 #[tokio::test]
 async fn allow_writes_confines_writes_to_its_globs() {
     let server = TestServer::start().await;
-    let (id, ws) = session_with(
-        &server,
-        pb::Policy {
+    let (id, ws) = server
+        .session_with(pb::Policy {
             allow_writes: vec!["src/**".into()],
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .await;
     project(&ws);
     let mut c = server.client.clone();
     c.edit_file(edit_req(&id, "src/calc.py", vec![edit("a - b", "a + b")]))
@@ -326,14 +308,12 @@ async fn allow_writes_confines_writes_to_its_globs() {
 #[tokio::test]
 async fn session_guard_patterns_refuse_matching_commands_and_bad_rules_are_refused() {
     let server = TestServer::start().await;
-    let (id, ws) = session_with(
-        &server,
-        pb::Policy {
+    let (id, ws) = server
+        .session_with(pb::Policy {
             guard_patterns: vec![r"\bpip\s+install\b".into()],
             ..Default::default()
-        },
-    )
-    .await;
+        })
+        .await;
     let mut c = server.client.clone();
     let pip = c.run_command(run_req(&id, "pip install requests", 5000));
     let status = assert_refused_unchanged(pip, "COMMAND_REFUSED", &ws).await;

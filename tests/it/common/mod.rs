@@ -314,3 +314,20 @@ pub fn unmount_under(dir: &Path) {
         let _ = rustix::mount::unmount(m.as_str(), rustix::mount::UnmountFlags::DETACH);
     }
 }
+
+/// Runs git in `dir` (as a throwaway identity); panics on failure, with
+/// git's own words. Returns its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
