@@ -196,8 +196,17 @@ impl Registry {
         if pooled {
             self.fill_pool();
         }
-        let journal = match Journal::new(&id, self.journal_dir.as_deref()) {
-            Ok(journal) => journal,
+        // The journal and the history, or nothing of the session stays.
+        let parts = async {
+            let journal = Journal::new(&id, self.journal_dir.as_deref()).map_err(Error::Journal)?;
+            let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
+                .await
+                .map_err(Error::CreateWorkspace)?;
+            Ok::<_, Error>((journal, history))
+        }
+        .await;
+        let (journal, history) = match parts {
+            Ok(parts) => parts,
             Err(e) => {
                 discard(Prepared {
                     id,
@@ -206,21 +215,7 @@ impl Registry {
                     sandbox,
                 })
                 .await;
-                return Err(Error::Journal(e).into());
-            }
-        };
-        let history = match history_of(&workspace, &id, &self.volumes, &sandbox, &self.config).await
-        {
-            Ok(history) => history,
-            Err(e) => {
-                discard(Prepared {
-                    id,
-                    workspace,
-                    volume,
-                    sandbox,
-                })
-                .await;
-                return Err(Error::CreateWorkspace(e).into());
+                return Err(e.into());
             }
         };
         let owns_workspace = volume.owns_workspace();
