@@ -8,6 +8,10 @@
 //! same way: the same state directory layout, the same server, the same
 //! client limits. Stopping it closes every session and removes their
 //! containers and workspaces.
+//!
+//! Every local user can reach a loopback port, so a service that works on
+//! somebody's files ([`Local::start`], [`Builder::private`]) demands a
+//! fresh random token that only its own client holds.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,6 +21,8 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::pb::sandbox_client::SandboxClient;
@@ -24,8 +30,42 @@ use crate::sandbox::docker::DockerRuntime;
 use crate::server::{Access, ServeError};
 use crate::session::{Config, Registry, SandboxConfig, StartError};
 
-/// A client of the service.
-pub type Client = SandboxClient<Channel>;
+/// A client of the service that sends its bearer token, if any, on every
+/// call.
+pub type Client = SandboxClient<InterceptedService<Channel, Bearer>>;
+
+/// Adds `authorization: Bearer <token>` to every call (nothing without a
+/// token).
+#[derive(Clone, Default)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    /// The header for `token`; `None` when the token has characters a
+    /// header cannot carry.
+    pub fn new(token: Option<&str>) -> Option<Bearer> {
+        match token {
+            None => Some(Bearer(None)),
+            Some(t) => format!("Bearer {t}").parse().ok().map(|v| Bearer(Some(v))),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// A client over `channel` that sends `bearer` and accepts messages as
+/// large as the service sends.
+pub fn client(channel: Channel, bearer: Bearer) -> Client {
+    SandboxClient::with_interceptor(channel, bearer)
+        .max_decoding_message_size(crate::server::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(crate::server::MAX_MESSAGE_BYTES)
+}
 
 /// Why a private service cannot start or did not stop cleanly.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +97,8 @@ pub struct Local {
     pub client: Client,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The token it demands, if any ([`Builder::private`]).
+    pub token: Option<String>,
     /// Its registry (to observe the warm pool).
     pub registry: Arc<Registry>,
     /// Its Docker runtime (for baselines measured against the same daemon).
@@ -80,9 +122,9 @@ pub struct Builder {
 }
 
 impl Local {
-    /// Starts a service named `name` with this executable as the supervisor
-    /// (it is the static `sandboxd` binary) and a warm pool of `pool_size`,
-    /// building the default image first if needed.
+    /// Starts a private service named `name` with this executable as the
+    /// supervisor (it is the static `sandboxd` binary) and a warm pool of
+    /// `pool_size`, building the default image first if needed.
     pub async fn start(
         name: &str,
         pool_size: usize,
@@ -90,6 +132,7 @@ impl Local {
     ) -> Result<Local, Error> {
         let builder = Local::builder(&format!("sandboxd-{name}-{}", std::process::id()))?
             .supervisor(std::env::current_exe()?)
+            .private()
             .configure(|config| {
                 config.sandbox.pool_size = pool_size;
                 tweak(config);
@@ -185,6 +228,13 @@ impl Builder {
         self
     }
 
+    /// Demands a fresh random token on every call, which only
+    /// [`Local::client`] (and whoever is handed [`Local::token`]) holds.
+    pub fn private(mut self) -> Self {
+        self.access.token = Some(crate::secret::random_hex());
+        self
+    }
+
     /// How often idle sessions are looked for and closed (default: 5 s).
     pub fn reap_interval(mut self, every: Duration) -> Self {
         self.reap_interval = every;
@@ -209,6 +259,13 @@ impl Builder {
                 .map_err(Error::BuildImage)?;
         }
         let service = config.sandbox.service.clone();
+        let token = access.token.clone();
+        let bearer = Bearer::new(token.as_deref()).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the token has characters a header cannot carry",
+            )
+        })?;
         let registry = Arc::new(Registry::new(config, docker.clone())?);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -225,12 +282,10 @@ impl Builder {
         let channel = Endpoint::try_from(format!("http://{addr}"))?
             .connect()
             .await?;
-        let client = SandboxClient::new(channel)
-            .max_decoding_message_size(crate::server::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(crate::server::MAX_MESSAGE_BYTES);
         Ok(Local {
-            client,
+            client: client(channel, bearer),
             addr,
+            token,
             registry,
             docker,
             service,

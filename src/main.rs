@@ -29,7 +29,11 @@ fn main() -> ExitCode {
             return ExitCode::from(cli::EXIT_FAILURE);
         }
     };
-    runtime.block_on(run(args))
+    let code = runtime.block_on(run(args));
+    // A blocking read of stdin (`mcp`) never ends by itself: do not wait
+    // for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
 /// Runs the parsed command line.
@@ -40,6 +44,7 @@ async fn run(args: Cli) -> ExitCode {
         Command::Image(image) => cli::image::run(image).await,
         Command::Demo => cli::demo::run().await,
         Command::Bench(bench) => cli::bench::run(bench).await,
+        Command::Mcp(mcp) => cli::mcp::run(*mcp, &args.target, args.token).await,
         Command::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },

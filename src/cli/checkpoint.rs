@@ -1,11 +1,14 @@
 //! `sandboxd diff` and `sandboxd checkpoint`: what changed in a session's
 //! workspace, as a patch `git apply` takes, and checkpoints to roll back to.
 
+use std::io::Write;
+
 use clap::Subcommand;
 use sandboxd::pb;
 
 use super::connect::Client;
 use super::print::Stdio;
+use super::terminal::Console;
 
 /// The verbs of `sandboxd checkpoint`.
 #[derive(Debug, Subcommand)]
@@ -62,6 +65,16 @@ pub async fn diff(
         })
         .await?
         .into_inner();
+    Ok(changes(con, &r, stat))
+}
+
+/// Prints the patch (or, with `stat`, the listing) of `r`; what the patch
+/// lacks is said as status lines.
+pub fn changes(
+    con: &mut Console<impl Write, impl Write>,
+    r: &pb::GetChangesResponse,
+    stat: bool,
+) -> Diffed {
     if stat {
         for ch in &r.changes {
             let mark = match ch.kind() {
@@ -97,7 +110,7 @@ pub async fn diff(
         }
     }
     con.status(format_args!("{}", r.message));
-    Ok(if cut { Diffed::Cut } else { Diffed::Whole })
+    if cut { Diffed::Cut } else { Diffed::Whole }
 }
 
 /// Makes the call of `cmd` and prints its result.
@@ -122,15 +135,7 @@ pub async fn call(
                 .list_checkpoints(pb::ListCheckpointsRequest { session_id })
                 .await?
                 .into_inner();
-            for cp in &r.checkpoints {
-                con.out(format_args!(
-                    "{}  {} files  {} bytes  {} own  {}\n",
-                    cp.checkpoint_id, cp.files, cp.bytes, cp.own_bytes, cp.label
-                ));
-            }
-            if r.checkpoints.is_empty() {
-                con.status(format_args!("no checkpoints"));
-            }
+            checkpoints(con, &r.checkpoints);
         }
         CheckpointCommand::Restore { id, stop_commands } => {
             let r = c
@@ -155,4 +160,17 @@ pub async fn call(
         }
     }
     Ok(())
+}
+
+/// Prints checkpoints, one a line: id, size and label.
+pub fn checkpoints(con: &mut Console<impl Write, impl Write>, list: &[pb::Checkpoint]) {
+    for cp in list {
+        con.out(format_args!(
+            "{}  {} files  {} bytes  {} own  {}\n",
+            cp.checkpoint_id, cp.files, cp.bytes, cp.own_bytes, cp.label
+        ));
+    }
+    if list.is_empty() {
+        con.status(format_args!("no checkpoints"));
+    }
 }

@@ -23,15 +23,19 @@ const EXIT_TIMED_OUT: u8 = 124;
 /// (global flags: they may follow any verb).
 #[derive(Debug, Args)]
 pub struct Target {
-    /// Address of the service, for client verbs: http://HOST:PORT,
-    /// https://HOST:PORT (with --ca-cert) or unix:/PATH.
+    // The default is applied by `Target::addr`, so that `mcp` can tell an
+    // address given from none.
     #[arg(
         long,
         global = true,
         env = "SANDBOXD_ADDR",
-        default_value = defaults::ADDR
+        help = format!(
+            "Address of the service, for client verbs: http://HOST:PORT, \
+             https://HOST:PORT (with --ca-cert) or unix:/PATH [default: {}]",
+            defaults::ADDR
+        )
     )]
-    addr: String,
+    addr: Option<String>,
     /// CA certificate (PEM) that signed the service's TLS certificate, for
     /// https:// addresses.
     #[arg(long, global = true, env = "SANDBOXD_CA_CERT")]
@@ -39,6 +43,23 @@ pub struct Target {
     /// Session to act on, for file verbs.
     #[arg(short, long, global = true, env = "SANDBOXD_SESSION")]
     session: Option<String>,
+}
+
+impl Target {
+    /// The address the client verbs call.
+    pub fn addr(&self) -> &str {
+        self.addr.as_deref().unwrap_or(defaults::ADDR)
+    }
+
+    /// The address, if one was given (`--addr` or `SANDBOXD_ADDR`).
+    pub fn given_addr(&self) -> Option<&str> {
+        self.addr.as_deref()
+    }
+
+    /// The CA certificate for https:// addresses.
+    pub fn ca_cert(&self) -> Option<&std::path::Path> {
+        self.ca_cert.as_deref()
+    }
 }
 
 /// The client verbs, flattened into the top-level command.
@@ -222,7 +243,7 @@ pub enum Verb {
 }
 
 /// Parses `--env KEY=VALUE`.
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
@@ -298,7 +319,7 @@ pub enum SessionCommand {
 /// over stdout and stderr. Without a token, the one a service of this user
 /// made for exactly that address is sent (see `token`).
 pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<ExitCode, AnyError> {
-    let token = token.or_else(|| token::local_token(&target.addr));
+    let token = token.or_else(|| token::local_token(target.addr()));
     let mut con = Console::stdio();
     let code = match call(target, token, verb, &mut con).await {
         Ok(code) => code,
@@ -322,12 +343,8 @@ async fn call(
     verb: Verb,
     con: &mut Stdio,
 ) -> Result<ExitCode, AnyError> {
-    let Target {
-        addr,
-        ca_cert,
-        session,
-    } = target;
-    let mut c = connect::client(&addr, ca_cert.as_deref(), token).await?;
+    let mut c = connect::client(target.addr(), target.ca_cert(), token).await?;
+    let session = target.session;
     let need_session = || {
         session
             .clone()

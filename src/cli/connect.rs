@@ -4,27 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use sandboxd::pb::sandbox_client::SandboxClient;
 use tonic::transport::Channel;
 
 use super::AnyError;
 
-/// Adds the bearer token, if any, to every call.
-#[derive(Clone)]
-pub struct TokenHeader(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for TokenHeader {
-    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            req.metadata_mut().insert("authorization", value.clone());
-        }
-        Ok(req)
-    }
-}
-
 /// A client of the service that sends the token, if any, with every call.
-pub type Client =
-    SandboxClient<tonic::service::interceptor::InterceptedService<Channel, TokenHeader>>;
+pub type Client = sandboxd::local::Client;
 
 /// Connects to `addr` (see [`connect`]) with `token` as the bearer token.
 pub async fn client(
@@ -32,16 +17,10 @@ pub async fn client(
     ca_cert: Option<&Path>,
     token: Option<String>,
 ) -> Result<Client, AnyError> {
-    let header = token
-        .map(|t| format!("Bearer {t}").parse())
-        .transpose()
-        .map_err(|_| "the token has characters a header cannot carry")?;
+    let bearer = sandboxd::local::Bearer::new(token.as_deref())
+        .ok_or("the token has characters a header cannot carry")?;
     let channel = connect(addr, ca_cert).await?;
-    Ok(
-        SandboxClient::with_interceptor(channel, TokenHeader(header))
-            .max_decoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(sandboxd::server::MAX_MESSAGE_BYTES),
-    )
+    Ok(sandboxd::local::client(channel, bearer))
 }
 
 /// Connects to `addr`: http://, https:// (trusting `ca_cert`, or the

@@ -4,8 +4,7 @@
 
 use std::process::ExitCode;
 
-use sandboxd::pb::{self, sandbox_client::SandboxClient};
-use tonic::transport::Channel;
+use sandboxd::pb;
 
 use super::AnyError;
 use super::print::exit_summary;
@@ -28,7 +27,7 @@ pub async fn run() -> Result<ExitCode, AnyError> {
     })
 }
 
-async fn demo(mut c: SandboxClient<Channel>) -> Result<(i64, i64), AnyError> {
+async fn demo(mut c: sandboxd::local::Client) -> Result<(i64, i64), AnyError> {
     let session = c
         .create_session(pb::CreateSessionRequest::default())
         .await?
@@ -94,7 +93,7 @@ async fn demo(mut c: SandboxClient<Channel>) -> Result<(i64, i64), AnyError> {
     Ok((red, green))
 }
 
-async fn run_card(c: &mut SandboxClient<Channel>, sid: &str, n: usize) -> Result<i64, AnyError> {
+async fn run_card(c: &mut sandboxd::local::Client, sid: &str, n: usize) -> Result<i64, AnyError> {
     let mut events = c
         .run_command(pb::RunCommandRequest {
             session_id: sid.to_string(),

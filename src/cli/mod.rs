@@ -8,7 +8,8 @@
 //! (the client verbs), `connect` (reaching the service), `print` (showing
 //! replies), `terminal` (neutralising what reaches a terminal), `env`
 //! (environments), `checkpoint` (changes and checkpoints), `transfer`
-//! (archives in and out, patches), `demo` and `bench`. The library never depends on any of it.
+//! (archives in and out, patches), `mcp` (the tools of a session for MCP
+//! clients), `demo` and `bench`. The library never depends on any of it.
 
 pub mod bench;
 mod checkpoint;
@@ -17,6 +18,7 @@ mod connect;
 pub mod demo;
 mod env;
 pub mod image;
+pub mod mcp;
 mod print;
 pub mod serve;
 mod terminal;
@@ -67,8 +69,12 @@ pub enum Command {
     /// code, fix it with an edit, run the tests again (green).
     #[command(display_order = 3)]
     Demo,
-    /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
+    /// Serve one session's tools to an MCP client (a coding agent) over
+    /// stdio: `claude mcp add sandboxd -- sandboxd mcp`.
     #[command(display_order = 4)]
+    Mcp(Box<mcp::McpArgs>),
+    /// Measure sandboxd against Docker itself; writes BENCHMARKS.md.
+    #[command(display_order = 5)]
     Bench(bench::BenchArgs),
     /// Waits forever: the main process of a container whose image may have
     /// nothing but a shell (started by the service, not by people).

@@ -4,6 +4,8 @@
 
 use sandboxd::pb;
 
+use std::io::Write;
+
 use super::terminal::Console;
 
 /// Where the client verbs print: every line that carries text the sandboxed
@@ -12,7 +14,7 @@ pub type Stdio = Console<std::io::Stdout, std::io::Stderr>;
 
 /// Prints the end of a streamed command: the kept tail of a stream whose
 /// middle was cut, the service's notes, and the summary line.
-pub fn exit(con: &mut Stdio, exit: &pb::CommandExit) {
+pub fn exit(con: &mut Console<impl Write, impl Write>, exit: &pb::CommandExit) {
     let (out, err) = (
         exit.stdout.clone().unwrap_or_default(),
         exit.stderr.clone().unwrap_or_default(),
@@ -61,7 +63,7 @@ pub fn exit_summary(exit: &pb::CommandExit) -> String {
 }
 
 /// Prints a session report; `journal` adds every journal entry.
-pub fn report(con: &mut Stdio, r: &pb::SessionReport, journal: bool) {
+pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, journal: bool) {
     con.out(format_args!("files written ({}):\n", r.files_written.len()));
     for w in &r.files_written {
         let before = if w.sha256_before.is_empty() {
@@ -143,7 +145,7 @@ pub fn prefix(s: &str, chars: usize) -> &str {
 }
 
 /// Prints one session.
-pub fn session(con: &mut Stdio, s: &pb::Session) {
+pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
     con.out(format_args!("session   {}\n", s.session_id));
     con.out(format_args!(
         "workspace {}{}\n",
@@ -201,7 +203,7 @@ pub fn session(con: &mut Stdio, s: &pb::Session) {
 
 /// Prints lines read from a file, numbered, with a summary; `raw` prints
 /// the content alone.
-pub fn read(con: &mut Stdio, r: &pb::ReadFileResponse, raw: bool) {
+pub fn read(con: &mut Console<impl Write, impl Write>, r: &pb::ReadFileResponse, raw: bool) {
     if raw {
         con.out(format_args!("{}", r.content));
         return;
@@ -218,19 +220,19 @@ pub fn read(con: &mut Stdio, r: &pb::ReadFileResponse, raw: bool) {
 }
 
 /// Prints the open sessions, one a line.
-pub fn sessions(con: &mut Stdio, r: &pb::ListSessionsResponse) {
+pub fn sessions(con: &mut Console<impl Write, impl Write>, r: &pb::ListSessionsResponse) {
     for s in &r.sessions {
         con.out(format_args!("{}  {}\n", s.session_id, s.workspace_path));
     }
 }
 
 /// Prints what creating a file did.
-pub fn created(con: &mut Stdio, r: &pb::CreateFileResponse) {
+pub fn created(con: &mut Console<impl Write, impl Write>, r: &pb::CreateFileResponse) {
     con.out(format_args!("{}\nsha256 {}\n", r.message, r.sha256));
 }
 
 /// Prints what an edit did, with its diff.
-pub fn edited(con: &mut Stdio, r: &pb::EditFileResponse) {
+pub fn edited(con: &mut Console<impl Write, impl Write>, r: &pb::EditFileResponse) {
     con.out(format_args!("{}\n{}", r.message, r.diff));
     if r.diff_truncated {
         con.out(format_args!("... (diff truncated)\n"));
@@ -239,7 +241,7 @@ pub fn edited(con: &mut Stdio, r: &pb::EditFileResponse) {
 
 /// Prints a directory listing: sizes of files, `/` after directories, `@`
 /// after symbolic links.
-pub fn dir(con: &mut Stdio, r: &pb::ListDirResponse) {
+pub fn dir(con: &mut Console<impl Write, impl Write>, r: &pb::ListDirResponse) {
     for e in &r.entries {
         let (mark, size) = match e.kind() {
             pb::dir_entry::Kind::Dir => ("/", String::new()),
@@ -254,7 +256,7 @@ pub fn dir(con: &mut Stdio, r: &pb::ListDirResponse) {
 }
 
 /// Prints the paths a glob found, one a line.
-pub fn found(con: &mut Stdio, r: &pb::FindFilesResponse) {
+pub fn found(con: &mut Console<impl Write, impl Write>, r: &pb::FindFilesResponse) {
     for p in &r.paths {
         con.out(format_args!("{p}\n"));
     }
@@ -264,7 +266,7 @@ pub fn found(con: &mut Stdio, r: &pb::FindFilesResponse) {
 }
 
 /// Prints search matches as `path:line: text`.
-pub fn matches(con: &mut Stdio, r: &pb::SearchFilesResponse) {
+pub fn matches(con: &mut Console<impl Write, impl Write>, r: &pb::SearchFilesResponse) {
     for m in &r.matches {
         con.out(format_args!("{}:{}: {}\n", m.path, m.line, m.text));
     }

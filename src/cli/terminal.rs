@@ -218,6 +218,12 @@ impl<O: Write, E: Write> Console<O, E> {
         self.err.flush();
     }
 
+    /// The two writers, flushed, with what was written to them.
+    pub fn into_writers(mut self) -> (O, E) {
+        self.flush();
+        (self.out.writer, self.err.writer)
+    }
+
     /// Flushes both streams and returns the first write error, if any. A
     /// reader that went away (`sandboxd read f | head`) is not an error.
     pub fn finish(mut self) -> io::Result<()> {

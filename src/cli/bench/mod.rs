@@ -10,17 +10,16 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandboxd::pb::{self, sandbox_client::SandboxClient};
+use sandboxd::pb;
 use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::session::defaults;
-use tonic::transport::Channel;
 
 use super::AnyError;
 
 mod environments;
 mod workspaces;
 
-type Client = SandboxClient<Channel>;
+type Client = sandboxd::local::Client;
 
 /// Options of one run.
 #[derive(Debug, clap::Args)]

@@ -1,0 +1,490 @@
+//! `sandboxd mcp`: one session's tools served to an MCP client (a coding
+//! agent) over stdio.
+//!
+//! By default it starts a private service inside this process, as `demo`
+//! does (a random token only this process holds; its state in a private
+//! temporary directory), and opens a session over `--workspace` (default:
+//! the current directory), so an agent needs nothing else running. With
+//! `--addr` it uses a running service instead. The session lives while the
+//! client is connected (kept from its idle timeout) and is closed when the
+//! client goes away or the process is told to stop.
+//!
+//! stdout carries the protocol and nothing else: the process's fd 1 is
+//! pointed at stderr before anything starts, and the protocol writes to a
+//! private copy of the original, so no stray print (ours or a helper
+//! program's) can corrupt it.
+//!
+//! `tools` holds the tools and their calls, `render` the text a model reads.
+
+mod render;
+mod tools;
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use sandboxd::local::Local;
+use sandboxd::pb;
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::client::Target;
+use super::{AnyError, connect, token};
+use tools::{Refused, Session};
+
+/// `sandboxd mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Directory the session works in (default: the current directory).
+    /// With --addr: a directory on the service's machine under a root it
+    /// allows (default there: a fresh, empty workspace).
+    #[arg(long, conflicts_with = "fresh")]
+    workspace: Option<PathBuf>,
+    /// Work in a fresh, empty workspace (removed at the end) instead of a
+    /// directory.
+    #[arg(long)]
+    fresh: bool,
+    /// With --addr: use this open session instead of a new one (it is left
+    /// open at the end).
+    #[arg(long, requires = "addr", conflicts_with_all = ["workspace", "fresh"])]
+    attach: Option<String>,
+    /// Run this environment (built with `sandboxd env build`).
+    #[arg(long, conflicts_with = "image")]
+    environment: Option<String>,
+    /// Run this local image instead of the default one.
+    #[arg(long)]
+    image: Option<String>,
+    /// Reading and searching only: writes and commands are refused.
+    #[arg(long)]
+    read_only: bool,
+    /// Glob of paths the file tools must not write, e.g. 'tests/**'
+    /// (repeatable).
+    #[arg(long = "deny-write")]
+    deny_writes: Vec<String>,
+    /// When given, the file tools may write only paths matching these globs
+    /// (repeatable; a deny wins).
+    #[arg(long = "allow-write")]
+    allow_writes: Vec<String>,
+    /// Environment of every command, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_parser = super::client::parse_key_value)]
+    env: Vec<(String, String)>,
+    /// Timeout of commands that give none, in seconds (0: the service's
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    timeout: u64,
+    /// Private service only: container runtime, e.g. runsc for gVisor.
+    #[arg(long)]
+    container_runtime: Option<String>,
+}
+
+/// Where the session lives, kept to close it at the end.
+enum Backend {
+    /// The private service: stopping it closes the session.
+    Private(Local),
+    /// A running service: the session is closed unless it was attached.
+    Remote {
+        client: connect::Client,
+        close: Option<String>,
+    },
+    /// Nothing was opened.
+    None,
+}
+
+/// Serves the tools until the client disconnects or SIGTERM / SIGINT, then
+/// closes the session.
+pub async fn run(
+    args: McpArgs,
+    target: &Target,
+    token: Option<String>,
+) -> Result<ExitCode, AnyError> {
+    let protocol_out = claim_stdout()?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let remote = target.given_addr().map(|addr| Remote {
+        addr: addr.to_string(),
+        ca_cert: target.ca_cert().map(Path::to_path_buf),
+        token: token.or_else(|| token::local_token(addr)),
+    });
+    let workspace = match (&remote, &args.workspace, args.fresh) {
+        (_, _, true) | (Some(_), None, _) => None,
+        (_, Some(dir), _) => Some(absolute(dir)?),
+        (None, None, false) => Some(std::env::current_dir()?),
+    };
+    let (ready_tx, ready) = watch::channel(None);
+    let instructions = instructions(workspace.as_deref(), &args);
+    let opening = tokio::spawn(open(args, remote, workspace, ready_tx));
+
+    let bridge = Bridge {
+        ready,
+        instructions,
+    };
+    let transport = (tokio::io::stdin(), tokio::fs::File::from_std(protocol_out));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    match bridge.serve(transport).await {
+        Ok(running) => {
+            let cancel = running.cancellation_token();
+            tokio::select! {
+                quit = running.waiting() => tracing::info!(?quit, "the client went away"),
+                _ = tokio::signal::ctrl_c() => cancel.cancel(),
+                _ = terminate.recv() => cancel.cancel(),
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "the client did not start the protocol"),
+    }
+    // An opening still under way (the first image build) finishes first,
+    // so that what it made is closed rather than left behind.
+    let backend = opening.await?;
+    close(backend).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Points fd 1 at stderr and returns a private copy of the original stdout
+/// for the protocol (not inherited by child processes).
+fn claim_stdout() -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    let protocol = rustix::io::fcntl_dupfd_cloexec(std::io::stdout().as_fd(), 3)?;
+    // SAFETY: dup2 on two open descriptors of this process; fd 1 stays
+    // open throughout (atomically replaced).
+    if unsafe { libc::dup2(std::io::stderr().as_raw_fd(), libc::STDOUT_FILENO) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(std::fs::File::from(protocol))
+}
+
+fn absolute(dir: &Path) -> std::io::Result<PathBuf> {
+    Ok(std::env::current_dir()?.join(dir))
+}
+
+/// A running service to use.
+struct Remote {
+    addr: String,
+    ca_cert: Option<PathBuf>,
+    token: Option<String>,
+}
+
+/// Opens the session and tells the bridge, which waits for it.
+async fn open(
+    args: McpArgs,
+    remote: Option<Remote>,
+    workspace: Option<PathBuf>,
+    ready: watch::Sender<Option<Result<Session, Refused>>>,
+) -> Backend {
+    let (backend, session) = match remote {
+        None => open_private(&args, workspace).await,
+        Some(remote) => open_remote(&args, remote, workspace).await,
+    };
+    let session = session.inspect(|s| keep_alive(s.clone(), ready.clone()));
+    if let Err(refused) = &session {
+        tracing::error!(reason = %refused.reason, "{}", refused.message);
+    }
+    let _ = ready.send(Some(session));
+    backend
+}
+
+/// The unavailable-sandbox refusal every tool gives when no session could
+/// be opened.
+fn unavailable(why: impl std::fmt::Display) -> Refused {
+    Refused::new(
+        "SANDBOX_UNAVAILABLE",
+        format!("sandboxd could not open a session: {why}. No tool can work until it is fixed"),
+    )
+}
+
+async fn open_private(
+    args: &McpArgs,
+    workspace: Option<PathBuf>,
+) -> (Backend, Result<Session, Refused>) {
+    if !rustix::process::geteuid().is_root() {
+        return (
+            Backend::None,
+            Err(unavailable(
+                "without --addr, `sandboxd mcp` runs a private service, which must run as root \
+                 (it mounts workspaces); run it as root or pass --addr of a running service",
+            )),
+        );
+    }
+    let workspace = match workspace.map(std::fs::canonicalize).transpose() {
+        Ok(w) => w,
+        Err(e) => {
+            return (
+                Backend::None,
+                Err(unavailable(format!("the workspace: {e}"))),
+            );
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => return (Backend::None, Err(unavailable(e))),
+    };
+    let builder = match Local::builder(&format!("sandboxd-mcp-{}", std::process::id())) {
+        Ok(b) => b,
+        Err(e) => return (Backend::None, Err(unavailable(e))),
+    };
+    let image = args.image.clone();
+    let runtime = args.container_runtime.clone();
+    let root = workspace.clone();
+    eprintln!(
+        "sandboxd: starting a private service (the first start builds the sandbox image, about a minute)"
+    );
+    let local = builder
+        .supervisor(exe)
+        .private()
+        .configure(move |config| {
+            config.allowed_roots = root.into_iter().collect();
+            config.sandbox.pool_size = 0;
+            config.default_ttl = config.max_ttl;
+            config.sandbox.allowed_images.extend(image);
+            config.sandbox.runtime = runtime;
+        })
+        .start()
+        .await;
+    let local = match local {
+        Ok(local) => local,
+        Err(e) => return (Backend::None, Err(unavailable(e))),
+    };
+    let client = local.client.clone();
+    let session = create(client, args, workspace).await;
+    (Backend::Private(local), session)
+}
+
+async fn open_remote(
+    args: &McpArgs,
+    remote: Remote,
+    workspace: Option<PathBuf>,
+) -> (Backend, Result<Session, Refused>) {
+    let client = match connect::client(&remote.addr, remote.ca_cert.as_deref(), remote.token).await
+    {
+        Ok(c) => c,
+        Err(e) => return (Backend::None, Err(unavailable(e))),
+    };
+    if let Some(id) = &args.attach {
+        let mut c = client.clone();
+        let got = c
+            .get_session(pb::GetSessionRequest {
+                session_id: id.clone(),
+            })
+            .await;
+        let session = got.map(|_| Session {
+            client: client.clone(),
+            id: id.clone(),
+        });
+        let backend = Backend::Remote {
+            client,
+            close: None,
+        };
+        return (backend, session.map_err(Refused::from));
+    }
+    let session = create(client.clone(), args, workspace).await;
+    let close = session.as_ref().ok().map(|s| s.id.clone());
+    (Backend::Remote { client, close }, session)
+}
+
+/// Opens the session the flags describe.
+async fn create(
+    client: connect::Client,
+    args: &McpArgs,
+    workspace: Option<PathBuf>,
+) -> Result<Session, Refused> {
+    let mut c = client.clone();
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            image: args.image.clone().unwrap_or_default(),
+            workspace_path: workspace
+                .map(|w| w.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            env: args.env.iter().cloned().collect(),
+            read_only: args.read_only,
+            policy: Some(pb::Policy {
+                read_only: args.read_only,
+                deny_writes: args.deny_writes.clone(),
+                allow_writes: args.allow_writes.clone(),
+                guard_patterns: Vec::new(),
+            }),
+            default_timeout_ms: args.timeout.saturating_mul(1000),
+            environment: args.environment.clone().unwrap_or_default(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    eprintln!(
+        "sandboxd: session {} over {}",
+        s.session_id, s.workspace_path
+    );
+    for note in &s.notes {
+        eprintln!("sandboxd: note: {note}");
+    }
+    Ok(Session {
+        client,
+        id: s.session_id,
+    })
+}
+
+/// Keeps the session from its idle timeout while the client is connected
+/// (it may think for a long time between calls); ends when the bridge does.
+fn keep_alive(session: Session, ready: watch::Sender<Option<Result<Session, Refused>>>) {
+    tokio::spawn(async move {
+        let mut c = session.client.clone();
+        loop {
+            tokio::select! {
+                () = ready.closed() => return,
+                () = tokio::time::sleep(KEEP_ALIVE) => {}
+            }
+            let req = pb::GetSessionRequest {
+                session_id: session.id.clone(),
+            };
+            if let Err(e) = c.get_session(req).await {
+                tracing::warn!(error = %e, "the session could not be kept alive");
+            }
+        }
+    });
+}
+
+/// How often the session is marked used: well inside any idle timeout a
+/// service allows (a minute at least).
+const KEEP_ALIVE: Duration = Duration::from_secs(20);
+
+async fn close(backend: Backend) {
+    match backend {
+        Backend::Private(local) => {
+            if let Err(e) = local.stop().await {
+                eprintln!("sandboxd: the private service did not stop cleanly: {e}");
+            }
+        }
+        Backend::Remote {
+            mut client,
+            close: Some(id),
+        } => {
+            let closed = client
+                .close_session(pb::CloseSessionRequest { session_id: id })
+                .await;
+            if let Err(e) = closed {
+                eprintln!("sandboxd: the session was not closed: {}", e.message());
+            }
+        }
+        Backend::Remote { close: None, .. } | Backend::None => {}
+    }
+}
+
+/// What the server tells the client at the start.
+fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
+    let over = match workspace {
+        Some(dir) => format!("the directory {}", dir.display()),
+        None => "a workspace directory".to_string(),
+    };
+    let mut text = format!(
+        "These tools work on {over}. File paths are relative to its root. Commands run in \
+         a sandbox: a container with no network that sees only the workspace, mounted at \
+         /workspace (their working directory). Edits are exact-match: old_string must \
+         appear exactly once, or the edit is refused and the file is left unchanged; a \
+         refusal's message says what to do next. A typical loop: run the tests, read the \
+         code, edit it, run the tests again, then session_report."
+    );
+    if args.read_only {
+        text.push_str(" This session is read-only: writes and commands are refused.");
+    }
+    if !args.deny_writes.is_empty() {
+        text.push_str(&format!(
+            " Writes to these paths are refused: {}.",
+            args.deny_writes.join(", ")
+        ));
+    }
+    text
+}
+
+/// The MCP server: the tools of one session, which may still be opening.
+struct Bridge {
+    ready: watch::Receiver<Option<Result<Session, Refused>>>,
+    instructions: String,
+}
+
+impl Bridge {
+    /// The session, once it is open (or why it could not be).
+    async fn session(&self) -> Result<Session, Refused> {
+        let mut ready = self.ready.clone();
+        match ready.wait_for(Option::is_some).await {
+            Ok(opened) => opened
+                .clone()
+                .unwrap_or_else(|| Err(unavailable("it is gone"))),
+            Err(_) => Err(unavailable("the opening failed")),
+        }
+    }
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("sandboxd", env!("CARGO_PKG_VERSION"))
+                    .with_title("sandboxd: a sandbox for coding agents"),
+            )
+            .with_instructions(self.instructions.clone())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools::list()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::list().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let outcome = match self.session().await {
+            Ok(session) => tools::call(&session, &request.name, arguments, &context).await,
+            Err(refused) => Err(refused),
+        };
+        Ok(result(outcome).into())
+    }
+}
+
+/// A tool's outcome as MCP carries it: a refusal is an `isError` result
+/// whose text starts with its reason, the reason and message also given as
+/// structured content.
+fn result(outcome: Result<tools::Reply, Refused>) -> CallToolResult {
+    match outcome {
+        Ok(reply) => {
+            let mut r = CallToolResult::success(vec![ContentBlock::text(reply.text)]);
+            r.structured_content = reply.structured;
+            r
+        }
+        Err(refused) => {
+            let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
+                "refused [{}]: {}",
+                refused.reason,
+                render_message(&refused.message)
+            ))]);
+            r.structured_content = Some(json!({
+                "reason": refused.reason,
+                "message": refused.message,
+            }));
+            r
+        }
+    }
+}
+
+fn render_message(message: &str) -> String {
+    crate::cli::terminal::neutralise(message).into_owned()
+}

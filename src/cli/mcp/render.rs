@@ -1,0 +1,251 @@
+//! Replies as a model reads them. The text is the CLI's own rendering (see
+//! `print`), as it would show on a terminal: control characters from the
+//! sandboxed side (in output, file contents, names) are shown, never passed
+//! on for a client's terminal to act on.
+
+use std::io::Write;
+
+use sandboxd::pb;
+use serde_json::{Value, json};
+
+use crate::cli::checkpoint;
+use crate::cli::print;
+use crate::cli::terminal::{Console, neutralise};
+
+/// What `show` prints, as one text: stdout's part, then stderr's.
+fn text(show: impl FnOnce(&mut Console<Vec<u8>, Vec<u8>>)) -> String {
+    let mut con = Console::new(Vec::new(), true, Vec::new(), true);
+    show(&mut con);
+    let (out, err) = con.into_writers();
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    if !err.is_empty() {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&String::from_utf8_lossy(&err));
+    }
+    text
+}
+
+pub fn read(r: &pb::ReadFileResponse) -> String {
+    let mut shown = text(|con| print::read(con, r, false));
+    if r.truncated {
+        shown.push_str(&format!(
+            "-- more lines follow: read again with offset {}\n",
+            r.last_line + 1
+        ));
+    }
+    shown
+}
+
+pub fn edited(r: &pb::EditFileResponse) -> String {
+    text(|con| {
+        print::edited(con, r);
+        con.out(format_args!("sha256 {}\n", r.sha256));
+    })
+}
+
+pub fn dir(r: &pb::ListDirResponse) -> String {
+    if r.entries.is_empty() {
+        return format!("{} is empty\n", neutralise(display_dir(&r.path)));
+    }
+    text(|con| print::dir(con, r))
+}
+
+pub fn found(r: &pb::FindFilesResponse) -> String {
+    if r.paths.is_empty() {
+        return "no files match\n".into();
+    }
+    text(|con| print::found(con, r))
+}
+
+pub fn matches(r: &pb::SearchFilesResponse) -> String {
+    if r.matches.is_empty() {
+        return format!("no matches in {} files\n", r.files_searched);
+    }
+    text(|con| print::matches(con, r))
+}
+
+pub fn patched(r: &pb::ApplyPatchResponse) -> String {
+    text(|con| {
+        con.out(format_args!("{}\n", r.message));
+        for f in &r.files {
+            let what = match f.action() {
+                pb::PatchAction::Created => "created".to_string(),
+                pb::PatchAction::Deleted => "deleted".to_string(),
+                pb::PatchAction::Renamed => format!("renamed from {}", f.old_path),
+                _ => "modified".to_string(),
+            };
+            con.out(format_args!(
+                "  {} ({what}, {:+} lines)\n",
+                f.path, f.line_delta
+            ));
+        }
+    })
+}
+
+pub fn changes(r: &pb::GetChangesResponse, stat: bool) -> String {
+    text(|con| {
+        checkpoint::changes(con, r, stat);
+    })
+}
+
+pub fn checkpoints(list: &[pb::Checkpoint]) -> String {
+    text(|con| checkpoint::checkpoints(con, list))
+}
+
+pub fn report(r: &pb::SessionReport) -> String {
+    text(|con| print::report(con, r, false))
+}
+
+pub fn reset(r: &pb::ResetSandboxResponse) -> String {
+    format!("{}\n", neutralise(&r.message))
+}
+
+fn display_dir(path: &str) -> &str {
+    if path.is_empty() {
+        "the workspace"
+    } else {
+        path
+    }
+}
+
+/// A command's result: how it ended, then each stream as kept (its start,
+/// a note of what was cut, its end), then the service's notes.
+pub fn exit(exit: &pb::CommandExit) -> String {
+    text(|con| {
+        con.out(format_args!("{}\n", print::exit_summary(exit)));
+        for (name, stream) in [("stdout", &exit.stdout), ("stderr", &exit.stderr)] {
+            let s = stream.clone().unwrap_or_default();
+            if s.total_bytes == 0 {
+                con.out(format_args!("{name}: (empty)\n"));
+                continue;
+            }
+            con.out(format_args!(
+                "{name} ({} bytes):\n{}",
+                s.total_bytes, s.text
+            ));
+            if s.truncated {
+                line_end(con, &s.text);
+                con.out(format_args!(
+                    "[... {} bytes omitted ...]\n{}",
+                    s.omitted_bytes, s.tail
+                ));
+                line_end(con, &s.tail);
+            } else {
+                line_end(con, &s.text);
+            }
+        }
+        for note in &exit.notes {
+            con.out(format_args!("[note: {note}]\n"));
+        }
+    })
+}
+
+/// Ends the line `printed` left open.
+fn line_end(con: &mut Console<impl Write, impl Write>, printed: &str) {
+    if !printed.is_empty() && !printed.ends_with('\n') {
+        con.out(format_args!("\n"));
+    }
+}
+
+/// A command's result as JSON, exactly as the service sent it.
+pub fn exit_json(exit: &pb::CommandExit) -> Value {
+    let stream = |s: &Option<pb::StreamResult>| {
+        let s = s.clone().unwrap_or_default();
+        json!({
+            "text": s.text,
+            "tail": s.tail,
+            "total_bytes": s.total_bytes,
+            "truncated": s.truncated,
+            "omitted_bytes": s.omitted_bytes,
+        })
+    };
+    let killed_by = match exit.killed_by() {
+        pb::KilledBy::None => "none",
+        pb::KilledBy::ProcessGroupTerm => "process_group_term",
+        pb::KilledBy::ProcessGroupKill => "process_group_kill",
+        pb::KilledBy::Container => "container",
+    };
+    json!({
+        "exit_code": exit.exit_code,
+        "timed_out": exit.timed_out,
+        "killed_by": killed_by,
+        "duration_ms": exit.duration_ms,
+        "oom_killed": exit.oom_killed,
+        "pids_exhausted": exit.pids_exhausted,
+        "stdout": stream(&exit.stdout),
+        "stderr": stream(&exit.stderr),
+        "notes": exit.notes,
+    })
+}
+
+/// The last non-blank line of a chunk of output, shown safely and cut to
+/// 200 characters, for a progress message.
+pub fn last_line(chunk: &str) -> Option<String> {
+    let line = chunk.lines().rev().find(|l| !l.trim().is_empty())?;
+    let line: String = line.trim().chars().take(200).collect();
+    Some(neutralise(&line).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(text: &str, tail: &str, total: u64, omitted: u64) -> Option<pb::StreamResult> {
+        Some(pb::StreamResult {
+            text: text.into(),
+            tail: tail.into(),
+            total_bytes: total,
+            truncated: omitted > 0,
+            omitted_bytes: omitted,
+        })
+    }
+
+    #[test]
+    fn a_cut_stream_shows_its_start_the_cut_and_its_end() {
+        let e = pb::CommandExit {
+            exit_code: 1,
+            duration_ms: 12,
+            stdout: stream("first\nsecond", "last\n", 5000, 4000),
+            stderr: None,
+            ..Default::default()
+        };
+        let shown = exit(&e);
+        assert_eq!(
+            shown,
+            "[exit 1 in 12 ms]\nstdout (5000 bytes):\nfirst\nsecond\n\
+             [... 4000 bytes omitted ...]\nlast\nstderr: (empty)\n"
+        );
+    }
+
+    #[test]
+    fn control_characters_from_the_command_are_shown_not_passed_on() {
+        let e = pb::CommandExit {
+            stdout: stream("ok\x1b[2K\r[exit 0]\n", "", 20, 0),
+            ..Default::default()
+        };
+        let shown = exit(&e);
+        assert!(shown.contains("ok^[[2K^M[exit 0]"), "{shown}");
+        assert!(!shown.contains('\x1b'));
+        assert_eq!(
+            exit_json(&e)["stdout"]["text"],
+            "ok\x1b[2K\r[exit 0]\n",
+            "the JSON keeps the bytes"
+        );
+    }
+
+    #[test]
+    fn progress_shows_the_last_line_that_says_something() {
+        assert_eq!(
+            last_line("a\nbuilding x\n\n  \n").as_deref(),
+            Some("building x")
+        );
+        assert_eq!(last_line("\n \n"), None);
+        assert_eq!(
+            last_line("\x1b]0;title\x07").as_deref(),
+            Some("^[]0;title^G")
+        );
+        assert_eq!(last_line(&"y".repeat(500)).unwrap().len(), 200);
+    }
+}
