@@ -140,7 +140,12 @@ impl Served {
     }
 
     async fn client(&self) -> common::Client {
-        SandboxClient::connect(self.addr.clone()).await.unwrap()
+        let channel = tonic::transport::Channel::from_shared(self.addr.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        sandboxd::local::client(channel, sandboxd::local::Bearer::default())
     }
 
     /// SIGTERM, then wait (off the async thread, so client connections of

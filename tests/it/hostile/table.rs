@@ -8,7 +8,7 @@ use super::calls::{
     Row, close, create, find, limits, list, raw, raw_call, report, row, rpc, run_call, search,
 };
 use crate::common::{Mode, TestServer, edit, edit_req, read_req, run, run_req, snapshot};
-use sandboxd::pb::{self, sandbox_client::SandboxClient};
+use sandboxd::pb;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
@@ -26,7 +26,8 @@ async fn hostile_inputs_get_their_status_and_reason_and_change_nothing() {
         .await
         .unwrap();
     // A client willing to send more than the server accepts.
-    let big = SandboxClient::new(channel.clone()).max_encoding_message_size(64 << 20);
+    let big = sandboxd::local::client(channel.clone(), Default::default())
+        .max_encoding_message_size(64 << 20);
 
     let (id, ws) = server.session().await;
     let outside = tempfile::tempdir().unwrap();

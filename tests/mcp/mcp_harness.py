@@ -1,0 +1,72 @@
+"""Driving `sandboxd mcp` with the official MCP Python SDK (the `mcp`
+package), a client sandboxd did not write: it is started as an MCP client
+starts it, a child process speaking JSON-RPC on its stdin and stdout. By
+default it runs its own private service (as root, with Docker)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def binary() -> str:
+    path = os.environ.get("SANDBOXD_BIN")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail(
+            "SANDBOXD_BIN must name the sandboxd binary (cargo test sets it)",
+            pytrace=False,
+        )
+    return path
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    """`sandboxd mcp ARGS...` as a stdio MCP server, initialised."""
+    # The child sees none of the caller's SANDBOXD_* settings unless given.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXD_")}
+    params = StdioServerParameters(command=binary(), args=["mcp", *args], env={**base, **(env or {})})
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+def mcp_containers() -> list[str]:
+    """Containers of any private service `sandboxd mcp` started."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=sandboxd.service", "--format", '{{.ID}} {{.Label "sandboxd.service"}}'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()[1].startswith("sandboxd-mcp-")]
+
+
+def wait_no_mcp_containers(timeout: float = 30.0) -> list[str]:
+    """Waits until no private service's container is left; returns what is."""
+    deadline = time.monotonic() + timeout
+    while (left := mcp_containers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def service_fixtures():
+    """The Python client's service helpers (one place starts a service)."""
+    spec = importlib.util.spec_from_file_location(
+        "sandboxd_service", ROOT / "clients" / "python" / "tests" / "service.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
