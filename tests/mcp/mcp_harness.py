@@ -31,11 +31,15 @@ def binary() -> str:
 
 
 @contextlib.asynccontextmanager
-async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+async def mcp_session(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> AsyncIterator[ClientSession]:
     """`sandboxd mcp ARGS...` as a stdio MCP server, initialised."""
     # The child sees none of the caller's SANDBOXD_* settings unless given.
     base = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXD_")}
-    params = StdioServerParameters(command=binary(), args=["mcp", *args], env={**base, **(env or {})})
+    params = StdioServerParameters(
+        command=binary(), args=["mcp", *args], env={**base, **(env or {})}, cwd=cwd
+    )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()

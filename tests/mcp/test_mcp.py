@@ -5,15 +5,17 @@ while a command runs, policy, checkpoints, and the session's end."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import anyio
 import jsonschema
 import pytest
-from mcp_harness import mcp_containers, mcp_session, wait_no_mcp_containers
+from mcp_harness import ROOT, mcp_containers, mcp_session, wait_no_mcp_containers
 from mcp import ClientSession
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -391,3 +393,24 @@ def test_a_running_service_over_addr_with_its_token(remote_service: Any, workspa
     run(main)
     with remote_service.client() as sb:
         assert sb.sessions() == [], "the session was closed when the client left"
+
+
+def test_the_example_configurations_start_a_working_server_over_the_current_directory(
+    workspace: Path,
+) -> None:
+    """examples/mcp: the Claude Code and Codex CLI configurations, run as
+    those clients run them (from the project directory)."""
+    project(workspace)
+    claude = json.loads((ROOT / "examples/mcp/claude-code.mcp.json").read_text())["mcpServers"]["sandboxd"]
+    codex = tomllib.loads((ROOT / "examples/mcp/codex-config.toml").read_text())["mcp_servers"]["sandboxd"]
+    for config in (claude, codex):
+        assert config["command"] == "sandboxd"
+        assert config["args"][0] == "mcp"
+
+        async def main() -> None:
+            async with mcp_session(*config["args"][1:], cwd=workspace) as s:
+                found = text(await call(s, "find_files", pattern="*.py"))
+                assert set(found.split()) == {"calc.py", "test_calc.py"}
+                await refused(s, "create_file", "POLICY_DENIED", path="tests/test_x.py", content="")
+
+        run(main)
