@@ -9,7 +9,9 @@ import contextlib
 import importlib.util
 import os
 import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
@@ -46,21 +48,26 @@ async def mcp_session(
             yield session
 
 
-def mcp_containers() -> list[str]:
-    """Containers of any private service `sandboxd mcp` started."""
+def service_name() -> str:
+    """A name for one private service, to find its containers by."""
+    return f"sandboxd-mcp-test-{uuid.uuid4().hex[:10]}"
+
+
+def containers(service: str) -> list[str]:
+    """Containers of the service named `service`."""
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "label=sandboxd.service", "--format", '{{.ID}} {{.Label "sandboxd.service"}}'],
+        ["docker", "ps", "-aq", "--filter", f"label=sandboxd.service={service}"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return [line.split()[0] for line in out.splitlines() if line.split()[1].startswith("sandboxd-mcp-")]
+    return out.split()
 
 
-def wait_no_mcp_containers(timeout: float = 30.0) -> list[str]:
-    """Waits until no private service's container is left; returns what is."""
+def wait_no_containers(service: str, timeout: float = 30.0) -> list[str]:
+    """Waits until none of the service's containers is left; returns what is."""
     deadline = time.monotonic() + timeout
-    while (left := mcp_containers()) and time.monotonic() < deadline:
+    while (left := containers(service)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
 
@@ -72,5 +79,7 @@ def service_fixtures():
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    # Registered first: its dataclasses look their module up by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module

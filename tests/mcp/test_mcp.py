@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
-from mcp_harness import ROOT, mcp_containers, mcp_session, wait_no_mcp_containers
+from mcp_harness import ROOT, containers, mcp_session, service_name, wait_no_containers
 from mcp import ClientSession
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -356,27 +356,31 @@ def test_the_file_tools_list_find_search_and_patch(workspace: Path) -> None:
 
 def test_the_session_ends_with_the_client_and_the_directory_stays(workspace: Path) -> None:
     project(workspace)
+    name = service_name()
 
     async def main() -> None:
-        async with mcp_session("--workspace", str(workspace)) as s:
+        async with mcp_session("--workspace", str(workspace), "--service-name", name) as s:
             await call(s, "run_command", command="sleep 300 > /dev/null 2>&1 &")
-            assert mcp_containers(), "the session has a container while it is open"
+            assert containers(name), "the session has a container while it is open"
 
     run(main)
-    assert wait_no_mcp_containers() == []
+    assert wait_no_containers(name) == []
     assert (workspace / "calc.py").read_text() == CALC
     assert sorted(p.name for p in workspace.iterdir()) == ["calc.py", "test_calc.py"]
 
 
 def test_a_fresh_workspace_is_empty_and_removed(workspace: Path) -> None:
+    name = service_name()
+
     async def main() -> None:
-        async with mcp_session("--fresh") as s:
+        async with mcp_session("--fresh", "--service-name", name) as s:
             await call(s, "create_file", path="note.txt", content="hi\n")
             result = await call(s, "run_command", command="pwd; cat note.txt")
             assert result.structured_content["stdout"]["text"] == "/workspace\nhi\n"
+            assert containers(name)
 
     run(main)
-    assert wait_no_mcp_containers() == []
+    assert wait_no_containers(name) == []
 
 
 def test_a_running_service_over_addr_with_its_token(remote_service: Any, workspace: Path) -> None:

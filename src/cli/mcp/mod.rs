@@ -83,6 +83,10 @@ pub struct McpArgs {
     /// Private service only: container runtime, e.g. runsc for gVisor.
     #[arg(long)]
     container_runtime: Option<String>,
+    /// Private service only: its name, which labels its containers
+    /// `sandboxd.service=NAME` (default: sandboxd-mcp-<pid>).
+    #[arg(long)]
+    service_name: Option<String>,
 }
 
 /// Where the session lives, kept to close it at the end.
@@ -230,7 +234,11 @@ async fn open_private(
         Ok(exe) => exe,
         Err(e) => return (Backend::None, Err(unavailable(e))),
     };
-    let builder = match Local::builder(&format!("sandboxd-mcp-{}", std::process::id())) {
+    let name = args
+        .service_name
+        .clone()
+        .unwrap_or_else(|| format!("sandboxd-mcp-{}", std::process::id()));
+    let builder = match Local::builder(&name) {
         Ok(b) => b,
         Err(e) => return (Backend::None, Err(unavailable(e))),
     };

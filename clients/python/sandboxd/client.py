@@ -1,0 +1,809 @@
+"""The client: :func:`connect`, :class:`Client` and :class:`Session`."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import shlex
+import ssl
+import tarfile
+import tempfile
+from typing import IO, Any, Callable, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+
+import grpc
+
+from . import _convert as conv
+from . import types as t
+from .errors import SandboxdError, SessionNotFound, TransportError, from_rpc_error
+from .v1 import sandbox_pb2 as pb
+from .v1 import sandbox_pb2_grpc as pb_grpc
+
+__all__ = ["connect", "Client", "Session", "CommandStream", "BuildStream"]
+
+#: Address used when neither ``addr`` nor ``SANDBOXD_ADDR`` is given.
+DEFAULT_ADDR = "127.0.0.1:50051"
+#: Largest message sent or received: the service's own limit (src/server.rs).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Bytes per message of an upload.
+UPLOAD_CHUNK = 1 << 20
+
+StrPath = Union[str, "os.PathLike[str]"]
+EditLike = Union[t.Edit, "tuple[str, str]", "tuple[str, str, bool]"]
+Command = Union[str, Sequence[str]]
+
+_DEFAULT: Any = object()
+
+
+def connect(
+    addr: Optional[str] = None,
+    token: Optional[str] = None,
+    ca_cert: Optional[StrPath] = None,
+    *,
+    timeout: Optional[float] = None,
+) -> "Client":
+    """Opens a client of the sandboxd service at ``addr``.
+
+    ``addr``: ``host:port`` or ``http://host:port`` (plaintext),
+    ``https://host:port`` (TLS, trusting the PEM file ``ca_cert``, else
+    ``SANDBOXD_CA_CERT``, else the system's roots) or ``unix:/path``;
+    default ``SANDBOXD_ADDR``, else ``127.0.0.1:50051``. ``token`` (default
+    ``SANDBOXD_TOKEN``) is sent as ``authorization: Bearer <token>`` on every
+    call. ``timeout`` is a deadline in seconds for each unary call (commands,
+    builds and transfers have none). Nothing is sent until the first call.
+    """
+    return Client(addr, token, ca_cert, timeout=timeout)
+
+
+def _target(addr: str) -> tuple[str, bool]:
+    """(grpc target, use TLS) for an address."""
+    if addr.startswith("unix:"):
+        path = addr[len("unix:") :]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path.startswith("/"):
+            raise ValueError(f"{addr!r}: a Unix socket needs an absolute path (unix:/PATH)")
+        return f"unix:{path}", False
+    for scheme, tls, port in (("http://", False, 80), ("https://", True, 443)):
+        if addr.startswith(scheme):
+            hostport = addr[len(scheme) :].rstrip("/")
+            if "/" in hostport or not hostport:
+                raise ValueError(f"{addr!r}: expected {scheme}HOST:PORT")
+            if not hostport.rsplit("]", 1)[-1].count(":"):
+                hostport = f"{hostport}:{port}"
+            return hostport, tls
+    if "://" in addr:
+        raise ValueError(f"{addr!r}: expected HOST:PORT, http://, https:// or unix:/PATH")
+    return addr, False
+
+
+_CA_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Alpine
+    "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
+    "/etc/ssl/cert.pem",  # macOS, BSDs
+)
+
+
+def _system_roots() -> Optional[bytes]:
+    """The system's CA bundle (SSL_CERT_FILE first), or None for grpc's own roots."""
+    paths = ssl.get_default_verify_paths()
+    for path in (paths.cafile, paths.openssl_cafile, *_CA_BUNDLES):
+        if path and os.path.isfile(path):
+            with open(path, "rb") as f:
+                return f.read()
+    return None  # grpc's own bundled roots
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    def __init__(self, base: grpc.ClientCallDetails, metadata: Any) -> None:
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
+        self.wait_for_ready = getattr(base, "wait_for_ready", None)
+        self.compression = getattr(base, "compression", None)
+
+
+class _BearerToken(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+):
+    """Adds ``authorization: Bearer <token>`` to every call."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        metadata: list[Any] = [*(d.metadata or ()), self._header]
+        return _CallDetails(d, metadata)
+
+    def intercept_unary_unary(self, continuation: Any, d: Any, request: Any) -> Any:
+        return continuation(self._details(d), request)
+
+    def intercept_unary_stream(self, continuation: Any, d: Any, request: Any) -> Any:
+        return continuation(self._details(d), request)
+
+    def intercept_stream_unary(self, continuation: Any, d: Any, requests: Any) -> Any:
+        return continuation(self._details(d), requests)
+
+    def intercept_stream_stream(self, continuation: Any, d: Any, requests: Any) -> Any:
+        return continuation(self._details(d), requests)
+
+
+def _ms(seconds: Optional[float], what: str) -> int:
+    if seconds is None:
+        return 0
+    if seconds <= 0:
+        raise ValueError(f"{what} must be positive seconds, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _path(p: Optional[StrPath]) -> str:
+    return "" if p is None else os.fspath(p)
+
+
+class Client:
+    """A connection to the sandboxd service. Use :func:`connect` to make one.
+
+    A context manager: the channel is closed on exit.
+    """
+
+    def __init__(
+        self,
+        addr: Optional[str] = None,
+        token: Optional[str] = None,
+        ca_cert: Optional[StrPath] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> None:
+        self.addr: str = addr or os.environ.get("SANDBOXD_ADDR") or DEFAULT_ADDR
+        if token is None:
+            token = os.environ.get("SANDBOXD_TOKEN")
+        token = (token or "").strip() or None
+        target, tls = _target(self.addr)
+        options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.primary_user_agent", "sandboxd-python"),
+        ]
+        if target.startswith("unix:"):
+            # grpc-core would send the socket's percent-encoded path as
+            # :authority, which the service's HTTP/2 stack refuses.
+            options.append(("grpc.default_authority", "localhost"))
+        if tls:
+            ca = ca_cert if ca_cert is not None else os.environ.get("SANDBOXD_CA_CERT") or None
+            if ca is not None:
+                with open(ca, "rb") as f:
+                    roots: Optional[bytes] = f.read()
+            else:
+                roots = _system_roots()
+            creds = grpc.ssl_channel_credentials(root_certificates=roots)
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        channel: grpc.Channel = self._channel
+        if token is not None:
+            channel = grpc.intercept_channel(channel, _BearerToken(token))
+        self._timeout = timeout
+        #: The generated stub (raw protobuf messages, errors as grpc.RpcError);
+        #: carries the token like every other call.
+        self.stub = pb_grpc.SandboxStub(channel)  # type: ignore[no-untyped-call,unused-ignore]
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<sandboxd.Client {self.addr}>"
+
+    def close(self) -> None:
+        """Closes the channel; running calls are cancelled."""
+        self._channel.close()
+
+    def _call(self, method: Callable[..., Any], request: Any, timeout: Optional[float] = _DEFAULT) -> Any:
+        try:
+            return method(request, timeout=self._timeout if timeout is _DEFAULT else timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    # --- sessions -----------------------------------------------------------
+
+    def session(
+        self,
+        workspace: Optional[StrPath] = None,
+        *,
+        environment: Optional[str] = None,
+        image: Optional[str] = None,
+        read_only: bool = False,
+        deny_writes: Iterable[str] = (),
+        allow_writes: Iterable[str] = (),
+        guard_patterns: Iterable[str] = (),
+        env: Optional[Mapping[str, str]] = None,
+        ttl: Optional[float] = None,
+        default_timeout: Optional[float] = None,
+        memory_bytes: Optional[int] = None,
+        cpus: Optional[float] = None,
+        pids: Optional[int] = None,
+        disk_bytes: Optional[int] = None,
+        inodes: Optional[int] = None,
+    ) -> "Session":
+        """Creates a session; closed on leaving a ``with`` block (or by :meth:`Session.close`).
+
+        ``workspace``: an existing host directory under a root the operator
+        allowed; default a fresh workspace the service removes on close.
+        ``environment`` or ``image`` (not both) choose what commands run in.
+        ``read_only``, ``deny_writes`` (globs such as ``"tests/**"``),
+        ``allow_writes`` and ``guard_patterns`` (regexes the slip guard
+        refuses) add to the operator's rules. ``env`` is every command's
+        environment. ``ttl`` is the idle time in seconds before the service
+        closes the session; ``default_timeout`` the seconds a command may take
+        when :meth:`Session.run` gives none. ``memory_bytes``, ``cpus`` (e.g.
+        1.5), ``pids``, ``disk_bytes`` and ``inodes`` limit the container and
+        workspace. None means the server default throughout.
+        """
+        req = pb.CreateSessionRequest(
+            image=image or "",
+            workspace_path=_path(workspace),
+            limits=pb.Limits(
+                memory_bytes=memory_bytes or 0,
+                nano_cpus=round(cpus * 1e9) if cpus else 0,
+                pids=pids or 0,
+                disk_bytes=disk_bytes or 0,
+                inodes=inodes or 0,
+            ),
+            env=dict(env or {}),
+            ttl_seconds=math.ceil(ttl) if ttl else 0,
+            read_only=read_only,
+            policy=pb.Policy(
+                read_only=read_only,
+                deny_writes=list(deny_writes),
+                allow_writes=list(allow_writes),
+                guard_patterns=list(guard_patterns),
+            ),
+            default_timeout_ms=_ms(default_timeout, "default_timeout"),
+            environment=environment or "",
+        )
+        info = conv.session(self._call(self.stub.CreateSession, req))
+        return Session(self, info, close_on_exit=True)
+
+    def attach(self, session_id: str, *, close_on_exit: bool = False) -> "Session":
+        """An existing session (SessionNotFound if none); not closed on exit unless asked."""
+        info = self.session_info(session_id)
+        return Session(self, info, close_on_exit=close_on_exit)
+
+    def session_info(self, session_id: str) -> t.SessionInfo:
+        """The service's description of a session."""
+        return conv.session(self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id)))
+
+    def sessions(self) -> list[t.SessionInfo]:
+        """Every open session."""
+        resp = self._call(self.stub.ListSessions, pb.ListSessionsRequest())
+        return [conv.session(s) for s in resp.sessions]
+
+    # --- environments -------------------------------------------------------
+
+    def environments(self) -> list[t.Environment]:
+        """Every built environment."""
+        resp = self._call(self.stub.ListEnvironments, pb.ListEnvironmentsRequest())
+        return [conv.environment(e) for e in resp.environments]
+
+    def build_environment(
+        self,
+        name: str,
+        *,
+        dockerfile: Optional[str] = None,
+        context: Optional[bytes] = None,
+        setup_script: Optional[str] = None,
+        base: Optional[str] = None,
+        timeout: Optional[float] = None,
+        output_cap: Optional[int] = None,
+    ) -> "BuildStream":
+        """Builds environment ``name`` from a Dockerfile (with ``context``, a
+        plain tar of what it copies) or a ``setup_script`` run on ``base``.
+
+        Returns an iterator of :class:`~sandboxd.types.BuildEvent`, ending with
+        :class:`~sandboxd.types.BuildDone` (also in ``.done``); a failed build
+        raises (BuildFailed, BuildTimedOut, ...). Needs the operator's permission.
+        """
+        req = pb.BuildEnvironmentRequest(
+            name=name,
+            dockerfile=dockerfile or "",
+            context=context or b"",
+            setup_script=setup_script or "",
+            base=base or "",
+            timeout_seconds=math.ceil(timeout) if timeout else 0,
+            output_cap=output_cap or 0,
+        )
+        return BuildStream(self._stream_call(self.stub.BuildEnvironment, req))
+
+    def delete_environment(self, name: str) -> t.Environment:
+        """Removes every build of environment ``name``."""
+        resp = self._call(self.stub.DeleteEnvironment, pb.DeleteEnvironmentRequest(name=name))
+        return conv.environment(resp.environment)
+
+    def _stream_call(self, method: Callable[..., Any], request: Any) -> Any:
+        try:
+            return method(request)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+
+class _EventStream:
+    """Iterator over a server stream; cancels the call when dropped or closed."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._finished = False
+        self._cancelled = False
+
+    def __iter__(self) -> "_EventStream":
+        return self
+
+    def _next_message(self) -> Optional[Any]:
+        """The next message, or None at the end of the stream."""
+        if self._finished:
+            return None
+        try:
+            return next(self._call)
+        except StopIteration:
+            self._finished = True
+            return None
+        except grpc.RpcError as e:
+            self._finished = True
+            if self._cancelled:
+                return None
+            raise from_rpc_error(e) from None
+
+    def cancel(self) -> None:
+        """Cancels the call (the service stops what it was doing); idempotent."""
+        if not self._finished:
+            self._cancelled = True
+            self._finished = True
+            self._call.cancel()
+
+    close = cancel
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __del__(self) -> None:
+        try:
+            self.cancel()
+        except Exception:
+            pass
+
+
+class CommandStream(_EventStream):
+    """The events of one command, as they arrive.
+
+    Yields :class:`~sandboxd.types.Started`, then
+    :class:`~sandboxd.types.OutputChunk` s, and last the
+    :class:`~sandboxd.types.CommandResult` (also kept in ``.result``).
+    Leaving the loop early (``break``, an exception), :meth:`cancel` or the
+    end of a ``with`` block cancels the call, and the service kills the
+    command.
+    """
+
+    def __init__(self, call: Any, command: str) -> None:
+        super().__init__(call)
+        self.command = command
+        self.started: Optional[t.Started] = None
+        self.result: Optional[t.CommandResult] = None
+
+    def __enter__(self) -> "CommandStream":
+        return self
+
+    def __iter__(self) -> "CommandStream":
+        return self
+
+    def __next__(self) -> t.CommandEvent:
+        while True:
+            if self.result is not None:
+                raise StopIteration
+            msg = self._next_message()
+            if msg is None:
+                if self._cancelled:
+                    raise StopIteration
+                raise TransportError(
+                    f"the stream of command {self.command!r} ended without its exit",
+                    reason=None,
+                )
+            which = msg.WhichOneof("event")
+            if which == "started":
+                self.started = conv.started(msg.started)
+                return self.started
+            if which == "stdout":
+                return t.OutputChunk("stdout", msg.stdout.data)
+            if which == "stderr":
+                return t.OutputChunk("stderr", msg.stderr.data)
+            if which == "exit":
+                self.result = conv.command_result(msg.exit, self.command, self.started)
+                self._finished = True  # the last event: nothing left to cancel
+                return self.result
+            # An event kind newer than this client: skip it.
+
+
+class BuildStream(_EventStream):
+    """The events of an environment build; the last is :class:`~sandboxd.types.BuildDone`
+    (also kept in ``.done``). Leaving the loop early cancels the build."""
+
+    def __init__(self, call: Any) -> None:
+        super().__init__(call)
+        self.done: Optional[t.BuildDone] = None
+
+    def __enter__(self) -> "BuildStream":
+        return self
+
+    def __iter__(self) -> "BuildStream":
+        return self
+
+    def __next__(self) -> t.BuildEvent:
+        while True:
+            msg = self._next_message()
+            if msg is None:
+                raise StopIteration
+            event = conv.build_event(msg)
+            if isinstance(event, t.BuildDone):
+                self.done = event
+            if event is not None:
+                return event
+
+    def wait(self) -> t.BuildDone:
+        """Consumes the remaining events and returns the final one."""
+        for _ in self:
+            pass
+        if self.done is None:
+            raise TransportError("the build's stream ended without its result", reason=None)
+        return self.done
+
+
+def _edits(
+    old: Optional[str], new: Optional[str], replace_all: bool, edits: Optional[Iterable[EditLike]]
+) -> list[Any]:
+    if edits is not None:
+        if old is not None or new is not None:
+            raise TypeError("give old and new, or edits=[...], not both")
+        out: List[Any] = []
+        for e in edits:
+            if not isinstance(e, t.Edit):
+                e = t.Edit(*e)
+            out.append(pb.Edit(old_string=e.old, new_string=e.new, replace_all=e.replace_all))
+        return out
+    if old is None or new is None:
+        raise TypeError("edit() needs old and new (or edits=[...])")
+    return [pb.Edit(old_string=old, new_string=new, replace_all=replace_all)]
+
+
+def _command(command: Command) -> str:
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def _checkpoint_id(c: Union[str, t.Checkpoint]) -> str:
+    return c.id if isinstance(c, t.Checkpoint) else c
+
+
+class Session:
+    """A session over a workspace. Made by :meth:`Client.session` or :meth:`Client.attach`.
+
+    Paths are relative to the workspace. A context manager: the session is
+    closed on exit when it was created here (or ``close_on_exit`` was asked).
+    """
+
+    def __init__(self, client: Client, info: t.SessionInfo, *, close_on_exit: bool) -> None:
+        self._client = client
+        self._stub = client.stub
+        #: The session as last described by the service (see :meth:`refresh`).
+        self.info = info
+        self.id: str = info.id
+        self.workspace_path: str = info.workspace_path
+        self.close_on_exit = close_on_exit
+        self.closed: Optional[t.CloseResult] = None
+
+    def __repr__(self) -> str:
+        return f"<sandboxd.Session {self.id} {self.workspace_path}>"
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self.close_on_exit or self.closed is not None:
+            return
+        try:
+            self.close()
+        except SessionNotFound:
+            pass  # the service closed it already (its idle time passed)
+        except SandboxdError:
+            if exc_type is None:
+                raise
+
+    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        return self._client._call(method, request)
+
+    def close(self) -> t.CloseResult:
+        """Closes the session (a workspace the service made is removed). Idempotent."""
+        if self.closed is None:
+            resp = self._call(self._stub.CloseSession, pb.CloseSessionRequest(session_id=self.id))
+            self.closed = conv.close(resp)
+        return self.closed
+
+    def refresh(self) -> t.SessionInfo:
+        """Asks the service for the session's state (also stored in ``.info``)."""
+        self.info = self._client.session_info(self.id)
+        return self.info
+
+    def reset(self) -> t.ResetResult:
+        """Replaces the session's container with a fresh one over the same workspace;
+        whatever earlier commands left running is gone."""
+        return conv.reset(self._call(self._stub.ResetSandbox, pb.ResetSandboxRequest(session_id=self.id)))
+
+    # --- file tools ---------------------------------------------------------
+
+    def read(self, path: StrPath, *, offset: Optional[int] = None, limit: Optional[int] = None) -> t.ReadResult:
+        """Reads lines of a UTF-8 text file: from line ``offset`` (1-based,
+        default 1), at most ``limit`` lines (default: the server's, 2000)."""
+        req = pb.ReadFileRequest(session_id=self.id, path=_path(path), offset=offset or 0, limit=limit or 0)
+        return conv.read(self._call(self._stub.ReadFile, req))
+
+    def create(self, path: StrPath, content: str) -> t.CreateResult:
+        """Creates a new file (and missing parent directories); FileExists if the path exists."""
+        req = pb.CreateFileRequest(session_id=self.id, path=_path(path), content=content)
+        return conv.create(self._call(self._stub.CreateFile, req))
+
+    def edit(
+        self,
+        path: StrPath,
+        old: Optional[str] = None,
+        new: Optional[str] = None,
+        *,
+        replace_all: bool = False,
+        edits: Optional[Iterable[EditLike]] = None,
+        expected_sha256: Optional[str] = None,
+    ) -> t.EditResult:
+        """Replaces ``old`` with ``new`` exactly (``old`` must occur once unless
+        ``replace_all``), or applies ``edits=[Edit(old, new), ...]``, all matched
+        against the same original, all or nothing. ``expected_sha256`` (from
+        :meth:`read`) refuses the edit with StaleFile if the file changed.
+        A refusal leaves the file byte-for-byte unchanged."""
+        req = pb.EditFileRequest(
+            session_id=self.id,
+            path=_path(path),
+            edits=_edits(old, new, replace_all, edits),
+            expected_sha256=expected_sha256 or "",
+        )
+        return conv.edit(self._call(self._stub.EditFile, req))
+
+    def apply_patch(self, patch: Union[str, bytes]) -> t.PatchResult:
+        """Applies a unified diff as ``git diff`` writes it, all or nothing, with no fuzz."""
+        if isinstance(patch, bytes):
+            patch = patch.decode("utf-8")
+        return conv.patch(self._call(self._stub.ApplyPatch, pb.ApplyPatchRequest(session_id=self.id, patch=patch)))
+
+    def list(self, path: StrPath = ".") -> t.Listing:
+        """Lists a directory (default the workspace root)."""
+        p = _path(path)
+        req = pb.ListDirRequest(session_id=self.id, path="" if p in (".", "./") else p)
+        return conv.listing(self._call(self._stub.ListDir, req))
+
+    def find(self, pattern: str, *, path: Optional[StrPath] = None, limit: Optional[int] = None) -> t.FindResult:
+        """Files whose workspace-relative path matches the glob ``pattern``
+        (``"*.py"`` matches at any depth), under ``path``; honours .gitignore."""
+        req = pb.FindFilesRequest(session_id=self.id, pattern=pattern, path=_path(path), limit=limit or 0)
+        return conv.find(self._call(self._stub.FindFiles, req))
+
+    def search(
+        self,
+        pattern: str,
+        *,
+        path: Optional[StrPath] = None,
+        glob: Optional[str] = None,
+        case_insensitive: bool = False,
+        limit: Optional[int] = None,
+    ) -> t.SearchResult:
+        """Lines matching the regular expression ``pattern`` (Rust syntax), in
+        files under ``path`` matching ``glob``; honours .gitignore."""
+        req = pb.SearchFilesRequest(
+            session_id=self.id,
+            pattern=pattern,
+            path=_path(path),
+            glob=glob or "",
+            case_insensitive=case_insensitive,
+            limit=limit or 0,
+        )
+        return conv.search(self._call(self._stub.SearchFiles, req))
+
+    # --- commands -----------------------------------------------------------
+
+    def stream(
+        self,
+        command: Command,
+        *,
+        timeout: Optional[float] = None,
+        cwd: Optional[StrPath] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdout_cap: Optional[int] = None,
+        stderr_cap: Optional[int] = None,
+    ) -> CommandStream:
+        """Runs ``command`` and yields its events as they arrive (see
+        :class:`CommandStream`); arguments as for :meth:`run`."""
+        text = _command(command)
+        req = pb.RunCommandRequest(
+            session_id=self.id,
+            command=text,
+            cwd=_path(cwd),
+            timeout_ms=_ms(timeout, "timeout"),
+            env=dict(env or {}),
+            stdout_cap=stdout_cap or 0,
+            stderr_cap=stderr_cap or 0,
+        )
+        return CommandStream(self._client._stream_call(self._stub.RunCommand, req), text)
+
+    def run(
+        self,
+        command: Command,
+        *,
+        timeout: Optional[float] = None,
+        cwd: Optional[StrPath] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdout_cap: Optional[int] = None,
+        stderr_cap: Optional[int] = None,
+        on_output: Optional[Callable[[t.OutputChunk], None]] = None,
+    ) -> t.CommandResult:
+        """Runs ``command`` with ``/bin/sh -c`` in the session's container (a
+        list is shell-quoted) and returns its capped result. ``timeout`` in
+        seconds (default the session's, else 30 s); ``cwd`` relative to the
+        workspace; ``stdout_cap``/``stderr_cap`` characters kept per stream
+        (default 4000). ``on_output`` sees each chunk as it arrives. A
+        non-zero exit or a timeout is a result, not an exception."""
+        with self.stream(
+            command, timeout=timeout, cwd=cwd, env=env, stdout_cap=stdout_cap, stderr_cap=stderr_cap
+        ) as events:
+            for event in events:
+                if on_output is not None and isinstance(event, t.OutputChunk):
+                    on_output(event)
+        assert events.result is not None
+        return events.result
+
+    # --- report -------------------------------------------------------------
+
+    def report(self, *, planned: Iterable[StrPath] = (), verify: Optional[str] = None) -> t.Report:
+        """The session's journal: files written, commands run, refused calls,
+        reconciled against the ``planned`` files and the ``verify`` command
+        (did it run after the last write, and pass?)."""
+        req = pb.GetSessionReportRequest(
+            session_id=self.id,
+            planned_files=[_path(p) for p in planned],
+            verification_command=verify or "",
+        )
+        return conv.report(self._call(self._stub.GetSessionReport, req))
+
+    # --- history ------------------------------------------------------------
+
+    def changes(
+        self, since: Union[str, t.Checkpoint, None] = None, *, max_patch_bytes: Optional[int] = None
+    ) -> t.Changes:
+        """What changed since the session began (or since checkpoint ``since``),
+        with a patch ``git apply`` accepts on the older tree."""
+        req = pb.GetChangesRequest(
+            session_id=self.id,
+            since_checkpoint=_checkpoint_id(since) if since is not None else "",
+            max_patch_bytes=max_patch_bytes or 0,
+        )
+        return conv.changes(self._call(self._stub.GetChanges, req))
+
+    def checkpoint(self, label: str = "") -> t.CheckpointCreated:
+        """Keeps the whole workspace so that :meth:`restore` can bring it back."""
+        req = pb.CreateCheckpointRequest(session_id=self.id, label=label)
+        return conv.checkpoint_created(self._call(self._stub.CreateCheckpoint, req))
+
+    def checkpoints(self) -> List[t.Checkpoint]:
+        """The session's checkpoints, oldest first."""
+        resp = self._call(self._stub.ListCheckpoints, pb.ListCheckpointsRequest(session_id=self.id))
+        return [conv.checkpoint(c) for c in resp.checkpoints]
+
+    def restore(self, checkpoint: Union[str, t.Checkpoint], *, stop_commands: bool = False) -> t.RestoreResult:
+        """Brings the workspace back to ``checkpoint`` exactly. Refused
+        (CommandRunning) while a command runs, unless ``stop_commands``."""
+        req = pb.RestoreCheckpointRequest(
+            session_id=self.id, checkpoint_id=_checkpoint_id(checkpoint), stop_commands=stop_commands
+        )
+        return conv.restore(self._call(self._stub.RestoreCheckpoint, req))
+
+    def delete_checkpoint(self, checkpoint: Union[str, t.Checkpoint]) -> t.Checkpoint:
+        """Deletes a checkpoint, freeing its ``own_bytes``."""
+        req = pb.DeleteCheckpointRequest(session_id=self.id, checkpoint_id=_checkpoint_id(checkpoint))
+        return conv.checkpoint(self._call(self._stub.DeleteCheckpoint, req).checkpoint)
+
+    # --- archives -----------------------------------------------------------
+
+    def upload(
+        self, source: Union[StrPath, bytes, IO[bytes]], *, destination: Optional[StrPath] = None
+    ) -> t.UploadResult:
+        """Extracts a tar or tar.gz archive into the workspace (or ``destination``).
+
+        ``source``: a directory (packed here, symlinks kept as symlinks), an
+        archive file's path, an open binary file, or the archive's bytes.
+        Every entry is checked before any lands: a refused archive changes nothing.
+        """
+        header = pb.UploadArchiveRequest(
+            header=pb.UploadArchiveHeader(session_id=self.id, destination=_path(destination))
+        )
+
+        def chunks(f: IO[bytes]) -> Iterator[Any]:
+            yield header
+            while True:
+                block = f.read(UPLOAD_CHUNK)
+                if not block:
+                    return
+                yield pb.UploadArchiveRequest(chunk=block)
+
+        def send(f: IO[bytes]) -> t.UploadResult:
+            try:
+                resp = self._stub.UploadArchive(chunks(f))
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            return conv.upload(resp)
+
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return send(io.BytesIO(source))
+        if hasattr(source, "read"):
+            return send(source)  # type: ignore[arg-type]
+        path = os.fspath(source)
+        if os.path.isdir(path):
+            with tempfile.TemporaryFile() as tmp:
+                with tarfile.open(fileobj=tmp, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for name in sorted(os.listdir(path)):
+                        tar.add(os.path.join(path, name), arcname=name)
+                tmp.seek(0)
+                return send(tmp)
+        with open(path, "rb") as f:
+            return send(f)
+
+    def download(
+        self,
+        path: Optional[StrPath] = None,
+        *,
+        gitignore: bool = False,
+        gzip: bool = False,
+        max_bytes: Optional[int] = None,
+        to: Union[StrPath, IO[bytes], None] = None,
+    ) -> t.Download:
+        """A tar archive (gzip'd if ``gzip``) of a directory or file of the
+        workspace (default all of it), leaving out what .gitignore ignores if
+        ``gitignore``. Written to ``to`` (a path or binary file) if given,
+        else returned in ``.data``."""
+        req = pb.DownloadArchiveRequest(
+            session_id=self.id, path=_path(path), gitignore=gitignore, gzip=gzip, max_bytes=max_bytes or 0
+        )
+        own: Optional[IO[bytes]] = None
+        if to is None:
+            parts: List[bytes] = []
+            write: Callable[[bytes], Any] = parts.append
+        elif hasattr(to, "write"):
+            write = to.write
+            parts = []
+        else:
+            own = open(os.fspath(to), "wb")
+            write = own.write
+            parts = []
+        stream = _EventStream(self._client._stream_call(self._stub.DownloadArchive, req))
+        try:
+            while True:
+                msg = stream._next_message()
+                if msg is None:
+                    raise TransportError("the download ended without its summary", reason=None)
+                which = msg.WhichOneof("part")
+                if which == "chunk":
+                    write(msg.chunk)
+                elif which == "done":
+                    return conv.download(b"".join(parts), msg.done)
+        finally:
+            stream.cancel()
+            if own is not None:
+                own.close()

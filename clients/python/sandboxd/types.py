@@ -1,0 +1,521 @@
+"""Results of sandboxd calls: plain frozen dataclasses, no protobuf messages.
+
+Durations are float seconds, timestamps timezone-aware datetimes (UTC), and
+sequences tuples.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Optional, Union
+
+
+class _NamedEnum(str, enum.Enum):
+    """A str enum with an UNKNOWN member for values newer than this client."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class KilledBy(_NamedEnum):
+    """What stopped a command."""
+
+    NONE = "none"  #: it ended by itself
+    PROCESS_GROUP_TERM = "process_group_term"  #: SIGTERM to its process group
+    PROCESS_GROUP_KILL = "process_group_kill"  #: SIGKILL to its process group
+    CONTAINER = "container"  #: the container was killed (the next command gets a fresh one)
+    UNKNOWN = "unknown"
+
+
+class EntryKind(_NamedEnum):
+    """Kind of a directory entry."""
+
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+    OTHER = "other"
+    UNKNOWN = "unknown"
+
+
+class ChangeKind(_NamedEnum):
+    """How a path changed."""
+
+    ADDED = "added"
+    MODIFIED = "modified"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"
+
+
+class OmittedReason(_NamedEnum):
+    """Why a change's bytes are not in the patch."""
+
+    BINARY = "binary"
+    TOO_LARGE = "too_large"
+    PATCH_FULL = "patch_full"
+    GIT_INTERNAL = "git_internal"  #: .git/config or a hook: listed, never patched
+    UNKNOWN = "unknown"
+
+
+class PatchAction(_NamedEnum):
+    """What a patch did to a file."""
+
+    MODIFIED = "modified"
+    CREATED = "created"
+    DELETED = "deleted"
+    RENAMED = "renamed"
+    UNKNOWN = "unknown"
+
+
+# --- requests -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One exact-match replacement for :meth:`Session.edit`."""
+
+    old: str
+    new: str
+    replace_all: bool = False
+
+
+# --- sessions -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Container limits in force (0: the server default)."""
+
+    memory_bytes: int
+    nano_cpus: int
+    pids: int
+    disk_bytes: int
+    inodes: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The rules in force: the operator's and the session's together."""
+
+    read_only: bool
+    deny_writes: tuple[str, ...]
+    allow_writes: tuple[str, ...]
+    guard_patterns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session as the service describes it."""
+
+    id: str
+    workspace_path: str
+    owns_workspace: bool  #: the service made the workspace and removes it on close
+    image: str
+    environment: str  #: empty for a plain image
+    container_id: str  #: empty while no container is up
+    ttl: int  #: idle seconds before the session is closed
+    created_at: datetime
+    last_used_at: datetime
+    limits: Limits
+    policy: Policy
+    default_timeout: float  #: seconds, for commands that give none
+    sandbox_status: str  #: empty when commands can run; else why not
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """The sandbox was replaced by a fresh container."""
+
+    session_id: str
+    container_id: str
+    message: str
+
+
+# --- file tools ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A window of lines of a text file."""
+
+    path: str
+    content: str  #: the lines, with their line endings, without a BOM
+    first_line: int  #: 1-based; 0 for an empty file
+    last_line: int
+    total_lines: int
+    sha256: str  #: of the whole file; pass to edit(expected_sha256=...)
+    truncated: bool  #: lines exist past last_line
+    size_bytes: int
+    message: str
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    path: str
+    sha256: str
+    total_lines: int
+    message: str
+
+
+@dataclass(frozen=True)
+class EditResult:
+    path: str
+    replacements: int  #: sites replaced across all edits
+    first_changed_line: int
+    line_delta: int  #: lines after minus lines before
+    diff: str  #: unified diff of the change (capped, see diff_truncated)
+    diff_truncated: bool
+    sha256: str  #: of the file as written
+    message: str
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    name: str
+    kind: EntryKind
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Listing:
+    path: str
+    entries: tuple[DirEntry, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class FindResult:
+    paths: tuple[str, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class SearchMatch:
+    path: str
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    matches: tuple[SearchMatch, ...]
+    truncated: bool
+    files_searched: int
+
+
+@dataclass(frozen=True)
+class PatchedFile:
+    path: str
+    action: PatchAction
+    old_path: str  #: for a rename, where the file was
+    sha256_before: str  #: empty for a created file
+    sha256_after: str  #: empty for a deleted file
+    hunks: int
+    line_delta: int
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    files: tuple[PatchedFile, ...]
+    message: str
+
+
+# --- commands -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Output:
+    """The kept part of one output stream.
+
+    When ``truncated``, ``text`` holds the start and ``tail`` the end, with
+    ``omitted_bytes`` dropped between them; ``str(output)`` joins them with a
+    note.
+    """
+
+    text: str
+    tail: str
+    total_bytes: int  #: bytes the command wrote to the stream
+    truncated: bool
+    omitted_bytes: int
+
+    def __str__(self) -> str:
+        if not self.truncated:
+            return self.text + self.tail
+        sep = "" if not self.text or self.text.endswith("\n") else "\n"
+        return f"{self.text}{sep}[... {self.omitted_bytes} bytes omitted ...]\n{self.tail}"
+
+
+@dataclass(frozen=True)
+class Started:
+    """Stream event: the command started."""
+
+    container_id: str
+    cwd: str
+    timeout: float  #: seconds
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """Stream event: output as it arrived (within the caps)."""
+
+    stream: Literal["stdout", "stderr"]
+    data: str
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A command's whole, capped result (also the last stream event).
+
+    A non-zero exit or a timeout is a result, not an exception.
+    """
+
+    command: str
+    exit_code: int  #: 128+n when killed by signal n; -1 when unknown
+    timed_out: bool
+    killed_by: KilledBy
+    duration: float  #: seconds
+    stdout: Output
+    stderr: Output
+    cancelled: bool  #: the client went away before the end
+    oom_killed: bool  #: the container hit its memory limit
+    pids_exhausted: bool  #: the process limit refused a fork
+    notes: tuple[str, ...]  #: what the caller must know about how it ran
+    started: Optional[Started]
+
+    @property
+    def ok(self) -> bool:
+        """Exit code 0 and not timed out."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+CommandEvent = Union[Started, OutputChunk, CommandResult]
+
+
+# --- report -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileWrite:
+    seq: int
+    tool: str
+    path: str
+    sha256_before: str  #: empty for a created file
+    sha256_after: str
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    seq: int
+    command: str
+    cwd: str
+    exit_code: int
+    timed_out: bool
+    killed_by: KilledBy
+    oom_killed: bool
+    cancelled: bool
+    duration: float
+
+
+@dataclass(frozen=True)
+class RefusedCall:
+    seq: int
+    tool: str
+    summary: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    command: str
+    ran: bool  #: a matching command ran at all
+    ran_after_last_write: bool
+    exit_code: int  #: of the last such run; -1 when none
+    passed: bool  #: that run exited 0 without timing out
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    seq: int
+    at: datetime
+    tool: str
+    summary: str
+    outcome: str  #: "ok" or the refusal's reason
+    detail: str
+    duration: float
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: str
+    label: str
+    created_at: datetime
+    files: int
+    bytes: int
+    own_bytes: int  #: what deleting it frees
+    digest: str
+
+
+@dataclass(frozen=True)
+class CheckpointCreated(Checkpoint):
+    """A new checkpoint, with what taking it cost."""
+
+    copied_bytes: int
+    store_bytes: int
+    store_budget: int
+    duration: float
+    message: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """The session's journal, reconciled against a plan."""
+
+    session_id: str
+    files_written: tuple[FileWrite, ...]
+    commands: tuple[CommandRecord, ...]
+    denied: tuple[RefusedCall, ...]
+    touched: tuple[str, ...]
+    planned_touched: tuple[str, ...]
+    unplanned: tuple[str, ...]
+    untouched: tuple[str, ...]
+    verification: Optional[Verification]  #: set when verify= was given
+    journal: tuple[JournalEntry, ...]
+    journal_dropped: int
+    checkpoints: tuple[Checkpoint, ...]
+
+
+@dataclass(frozen=True)
+class CloseResult:
+    session_id: str
+    workspace_removed: bool
+    message: str
+    report: Optional[Report]  #: the journal as it stood (no plan)
+
+
+# --- history ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    kind: ChangeKind
+    sha256_before: str
+    sha256_after: str
+    mode_before: int  #: git's mode: 0o100644, 0o100755 or 0o120000; 0 where absent
+    mode_after: int
+    size_before: int
+    size_after: int
+    omitted: Optional[OmittedReason]  #: why the patch lacks it; None when it has it
+
+
+@dataclass(frozen=True)
+class Changes:
+    since_checkpoint: Optional[str]  #: None: since the session began
+    changes: tuple[FileChange, ...]
+    truncated: bool
+    patch: bytes  #: git's unified format; `git apply` accepts it on the older tree
+    omitted: int  #: changes whose bytes the patch lacks
+    digest: str  #: of the workspace now; empty when nothing changed
+    duration: float
+    message: str
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    checkpoint: Checkpoint
+    files_written: int
+    removed: int
+    directories_made: int
+    modes_changed: int
+    digest: str  #: equals the checkpoint's unless something wrote meanwhile
+    stopped_commands: int
+    duration: float
+    message: str
+
+
+# --- archives -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    destination: str
+    files: int
+    directories: int
+    symlinks: int
+    bytes: int
+    stripped: int  #: entries whose set-id or sticky bits were dropped
+    replaced: int
+    duration: float
+    message: str
+
+
+@dataclass(frozen=True)
+class SkippedPath:
+    path: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Download:
+    data: bytes  #: the archive; empty when written to a file (to=...)
+    files: int
+    directories: int
+    symlinks: int
+    bytes: int
+    skipped: tuple[SkippedPath, ...]
+    skipped_count: int
+    duration: float
+    message: str
+
+
+# --- environments -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    image: str
+    image_id: str
+    key: str
+    base: str
+    created_at: datetime
+    size_bytes: int
+    sessions: tuple[str, ...]  #: open sessions running it
+
+
+@dataclass(frozen=True)
+class BuildJoined:
+    """Build event: this call shares a build of the same recipe already running."""
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """Build event: a step began."""
+
+    number: int
+    total: int
+    instruction: str
+
+
+@dataclass(frozen=True)
+class BuildOutput:
+    """Build event: lines a step printed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class BuildDone:
+    """Build event, the last: the environment is ready."""
+
+    environment: Environment
+    cached: bool
+    duration: float
+    output_bytes: int
+    output_truncated: bool
+
+
+BuildEvent = Union[BuildJoined, BuildStep, BuildOutput, BuildDone]
