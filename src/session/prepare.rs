@@ -162,7 +162,18 @@ fn open_workspace(
         path: path.clone(),
         allowed: config.allowed_roots.clone(),
     };
-    if !Path::new(&path).is_absolute() {
+    // Refused before the path is touched, so that what lies outside the
+    // allowed roots (whether a path exists, what it is) is never told.
+    let asked = Path::new(&path);
+    let lexically_inside = asked.is_absolute()
+        && !asked
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        && config
+            .allowed_roots
+            .iter()
+            .any(|root| asked.starts_with(root));
+    if !lexically_inside {
         return Err(not_allowed());
     }
     let ws = Workspace::open(Path::new(&path), locks, config.limits.clone()).map_err(|source| {

@@ -131,6 +131,12 @@ async fn existing_directory_only_under_an_allowed_root_and_kept_on_close() {
         "relative/dir".to_string(),
         format!("{}/..", srv.allowed_root.path().display()),
         srv.allowed_root.path().join("sneaky").display().to_string(),
+        // What lies outside is never told: a missing path, a file, a path
+        // through `..` are all refused alike, before being looked at.
+        elsewhere.path().join("missing").display().to_string(),
+        "/etc/passwd".to_string(),
+        format!("{}/../missing", srv.allowed_root.path().display()),
+        format!("{}/project/../../etc", srv.allowed_root.path().display()),
     ] {
         let req = pb::CreateSessionRequest {
             workspace_path: path.clone(),
