@@ -243,10 +243,73 @@ pub enum Verb {
 }
 
 /// Parses `--env KEY=VALUE`.
-pub(super) fn parse_key_value(s: &str) -> Result<(String, String), String> {
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
+
+/// What a new session runs and may do: the flags `session create` and
+/// `mcp` share.
+#[derive(Debug, Args)]
+pub struct SessionSpec {
+    /// Image (default: the service's default image).
+    #[arg(long, default_value = "", conflicts_with = "environment")]
+    pub image: String,
+    /// Environment to run (see `sandboxd env build`).
+    #[arg(long, default_value = "")]
+    pub environment: String,
+    /// Reading, listing and searching only: no writes, no commands.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Glob of paths the file tools must not write, e.g. "tests/**"
+    /// (repeatable).
+    #[arg(long = "deny-write")]
+    pub deny_writes: Vec<String>,
+    /// Allow writes only to paths matching these globs (repeatable); a
+    /// deny always wins.
+    #[arg(long = "allow-write")]
+    pub allow_writes: Vec<String>,
+    /// Extra regular expression the slip guard refuses (repeatable).
+    #[arg(long = "guard-pattern")]
+    pub guard_patterns: Vec<String>,
+    /// Environment variable of every command, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_parser = parse_key_value)]
+    pub env: Vec<(String, String)>,
+    /// Disk quota of a fresh workspace, in bytes (0: server default).
+    #[arg(long, default_value_t = 0)]
+    pub disk_bytes: u64,
+    /// Most files and directories in a fresh workspace (0: server default).
+    #[arg(long, default_value_t = 0)]
+    pub inodes: u64,
+    /// Timeout of the session's commands that give none, in
+    /// milliseconds, e.g. for a long test suite (0: server default).
+    #[arg(long, default_value_t = 0)]
+    pub default_timeout_ms: u64,
+}
+
+impl SessionSpec {
+    /// The request for a session so made (no workspace, the default TTL).
+    pub fn request(&self) -> pb::CreateSessionRequest {
+        pb::CreateSessionRequest {
+            default_timeout_ms: self.default_timeout_ms,
+            image: self.image.clone(),
+            environment: self.environment.clone(),
+            env: self.env.iter().cloned().collect(),
+            limits: (self.disk_bytes != 0 || self.inodes != 0).then_some(pb::Limits {
+                disk_bytes: self.disk_bytes,
+                inodes: self.inodes,
+                ..Default::default()
+            }),
+            policy: Some(pb::Policy {
+                read_only: self.read_only,
+                deny_writes: self.deny_writes.clone(),
+                allow_writes: self.allow_writes.clone(),
+                guard_patterns: self.guard_patterns.clone(),
+            }),
+            ..Default::default()
+        }
+    }
 }
 
 /// The verbs of `sandboxd session`.
@@ -263,36 +326,9 @@ pub enum SessionCommand {
         /// Print only the session id.
         #[arg(short, long)]
         quiet: bool,
-        /// Image (default: the service's default image).
-        #[arg(long, default_value = "", conflicts_with = "environment")]
-        image: String,
-        /// Environment to run (see `sandboxd env build`).
-        #[arg(long, default_value = "")]
-        environment: String,
-        /// Reading, listing and searching only: no writes, no commands.
-        #[arg(long)]
-        read_only: bool,
-        /// Glob of paths the file tools must not write, e.g. "tests/**"
-        /// (repeatable).
-        #[arg(long = "deny-write")]
-        deny_writes: Vec<String>,
-        /// Allow writes only to paths matching these globs (repeatable); a
-        /// deny always wins.
-        #[arg(long = "allow-write")]
-        allow_writes: Vec<String>,
-        /// Extra regular expression the slip guard refuses (repeatable).
-        #[arg(long = "guard-pattern")]
-        guard_patterns: Vec<String>,
-        /// Disk quota of a fresh workspace, in bytes (0: server default).
-        #[arg(long, default_value_t = 0)]
-        disk_bytes: u64,
-        /// Most files and directories in a fresh workspace (0: server default).
-        #[arg(long, default_value_t = 0)]
-        inodes: u64,
-        /// Timeout of the session's commands that give none, in
-        /// milliseconds, e.g. for a long test suite (0: server default).
-        #[arg(long, default_value_t = 0)]
-        default_timeout_ms: u64,
+        /// What the session runs and may do.
+        #[command(flatten)]
+        spec: SessionSpec,
     },
     /// Kill the session's sandbox and start a fresh one over the same
     /// workspace (default: --session): clears anything left running, such
@@ -376,34 +412,12 @@ async fn call(
             workspace,
             ttl,
             quiet,
-            image,
-            environment,
-            read_only,
-            deny_writes,
-            allow_writes,
-            guard_patterns,
-            disk_bytes,
-            inodes,
-            default_timeout_ms,
+            spec,
         }) => c
             .create_session(pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
-                default_timeout_ms,
-                image,
-                environment,
-                limits: (disk_bytes != 0 || inodes != 0).then_some(pb::Limits {
-                    disk_bytes,
-                    inodes,
-                    ..Default::default()
-                }),
-                policy: Some(pb::Policy {
-                    read_only,
-                    deny_writes,
-                    allow_writes,
-                    guard_patterns,
-                }),
-                ..Default::default()
+                ..spec.request()
             })
             .await
             .map(|r| {

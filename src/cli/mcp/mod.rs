@@ -36,7 +36,7 @@ use sandboxd::pb;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::client::Target;
+use super::client::{SessionSpec, Target};
 use super::{AnyError, connect, token};
 use tools::{Refused, Session};
 
@@ -56,30 +56,9 @@ pub struct McpArgs {
     /// open at the end).
     #[arg(long, requires = "addr", conflicts_with_all = ["workspace", "fresh"])]
     attach: Option<String>,
-    /// Run this environment (built with `sandboxd env build`).
-    #[arg(long, conflicts_with = "image")]
-    environment: Option<String>,
-    /// Run this local image instead of the default one.
-    #[arg(long)]
-    image: Option<String>,
-    /// Reading and searching only: writes and commands are refused.
-    #[arg(long)]
-    read_only: bool,
-    /// Glob of paths the file tools must not write, e.g. 'tests/**'
-    /// (repeatable).
-    #[arg(long = "deny-write")]
-    deny_writes: Vec<String>,
-    /// When given, the file tools may write only paths matching these globs
-    /// (repeatable; a deny wins).
-    #[arg(long = "allow-write")]
-    allow_writes: Vec<String>,
-    /// Environment of every command, KEY=VALUE (repeatable).
-    #[arg(long = "env", value_parser = super::client::parse_key_value)]
-    env: Vec<(String, String)>,
-    /// Timeout of commands that give none, in seconds (0: the service's
-    /// default).
-    #[arg(long, default_value_t = 0)]
-    timeout: u64,
+    /// What the session runs and may do.
+    #[command(flatten)]
+    spec: SessionSpec,
     /// Private service only: container runtime, e.g. runsc for gVisor.
     #[arg(long)]
     container_runtime: Option<String>,
@@ -242,7 +221,7 @@ async fn open_private(
         Ok(b) => b,
         Err(e) => return (Backend::None, Err(unavailable(e))),
     };
-    let image = args.image.clone();
+    let image = (!args.spec.image.is_empty()).then(|| args.spec.image.clone());
     let runtime = args.container_runtime.clone();
     let root = workspace.clone();
     eprintln!(
@@ -310,21 +289,10 @@ async fn create(
     let mut c = client.clone();
     let s = c
         .create_session(pb::CreateSessionRequest {
-            image: args.image.clone().unwrap_or_default(),
             workspace_path: workspace
                 .map(|w| w.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            env: args.env.iter().cloned().collect(),
-            read_only: args.read_only,
-            policy: Some(pb::Policy {
-                read_only: args.read_only,
-                deny_writes: args.deny_writes.clone(),
-                allow_writes: args.allow_writes.clone(),
-                guard_patterns: Vec::new(),
-            }),
-            default_timeout_ms: args.timeout.saturating_mul(1000),
-            environment: args.environment.clone().unwrap_or_default(),
-            ..Default::default()
+            ..args.spec.request()
         })
         .await?
         .into_inner();
@@ -401,13 +369,13 @@ fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
          refusal's message says what to do next. A typical loop: run the tests, read the \
          code, edit it, run the tests again, then session_report."
     );
-    if args.read_only {
+    if args.spec.read_only {
         text.push_str(" This session is read-only: writes and commands are refused.");
     }
-    if !args.deny_writes.is_empty() {
+    if !args.spec.deny_writes.is_empty() {
         text.push_str(&format!(
             " Writes to these paths are refused: {}.",
-            args.deny_writes.join(", ")
+            args.spec.deny_writes.join(", ")
         ));
     }
     text
