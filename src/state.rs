@@ -53,6 +53,12 @@ pub struct StateDir {
     dir: Dir,
 }
 
+/// The file that marks a directory as sandboxd's state: any service's,
+/// journal directories included. No directory holding one, inside one, or
+/// with one below it is ever lent to a session, so one service's tokens,
+/// sockets and sessions are never another's workspace.
+pub const MARKER: &str = "SANDBOXD-STATE";
+
 fn state_err(path: &Path) -> impl FnOnce(rustix::io::Errno) -> Error + '_ {
     move |e| Error::Open {
         path: path.to_path_buf(),
@@ -137,12 +143,15 @@ impl StateDir {
                 ),
             ));
         }
-        Ok(StateDir {
-            dir: Dir {
-                fd: reopen_dir(&fd, path)?,
-                path: path.to_path_buf(),
-            },
-        })
+        let dir = Dir {
+            fd: reopen_dir(&fd, path)?,
+            path: path.to_path_buf(),
+        };
+        mark(&dir).map_err(|e| Error::Open {
+            path: path.join(MARKER),
+            source: e,
+        })?;
+        Ok(StateDir { dir })
     }
 
     /// The directory's path.
@@ -224,6 +233,25 @@ impl StateDir {
         }
         rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)?;
         Ok(fd)
+    }
+}
+
+/// Puts the [`MARKER`] in `dir`, if it is not there.
+fn mark(dir: &Dir) -> io::Result<()> {
+    use std::io::Write;
+    let created = rustix::fs::openat(
+        &dir.fd,
+        MARKER,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    );
+    match created {
+        Ok(fd) => std::fs::File::from(fd).write_all(
+            b"This directory holds sandboxd's private state. sandboxd never lends it, \
+              anything inside it, or anything above it to a session.\n",
+        ),
+        Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -69,6 +69,13 @@ pub enum Error {
         /// Its link count.
         links: u64,
     },
+    /// The directory is, holds or lies inside a sandboxd state directory
+    /// (see [`crate::state::MARKER`]).
+    #[error("{path} is sandboxd's state")]
+    HoldsState {
+        /// Where the state directory is.
+        path: PathBuf,
+    },
     /// The directory could not be checked for such files.
     #[error("cannot check {path} for files linked from outside it: {why}")]
     Unchecked {
@@ -286,9 +293,19 @@ impl Volumes {
                 path: host.to_path_buf(),
             });
         }
+        // A service's state (its token, sockets, other sessions) is never
+        // lent, whichever service it belongs to.
+        if let Some(state) = host
+            .ancestors()
+            .find(|dir| dir.join(crate::state::MARKER).symlink_metadata().is_ok())
+        {
+            return Err(Error::HoldsState {
+                path: state.to_path_buf(),
+            });
+        }
         // Privacy covers the directory's own files only: a file hard-linked
         // from elsewhere (a local `git clone`, `cp -al`) is the same file
-        // there, where others may reach it.
+        // there, where others may reach it. The same walk finds state below.
         linked_outside(root)?;
         let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
             uid: (0, root_user.0),
@@ -565,6 +582,13 @@ fn linked_outside(root: &OwnedFd) -> Result<(), Error> {
             ));
         }
         let entry = entry.map_err(|e| unchecked(Path::new(""), e.to_string()))?;
+        if entry.depth() > 0 && entry.file_name() == crate::state::MARKER {
+            let state = entry.path().parent().unwrap_or(entry.path());
+            let inside = state.strip_prefix(&base).unwrap_or(state);
+            return Err(Error::HoldsState {
+                path: Path::new(".").join(inside),
+            });
+        }
         let meta = entry
             .metadata()
             .map_err(|e| unchecked(entry.path(), e.to_string()))?;

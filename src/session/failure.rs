@@ -1208,6 +1208,17 @@ fn volume_status(err: &crate::volume::Error) -> Described {
             ),
             &[("path", path.display().to_string())],
         ),
+        V::HoldsState { path } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "The directory is, holds or lies inside a sandboxd state directory ({}): a \
+                 service's tokens, sockets and sessions are never lent. No session was created. \
+                 Lend a project directory of its own, then retry.",
+                path.display()
+            ),
+            &[("path", path.display().to_string())],
+        ),
         V::Unchecked { path, why } => status(
             Code::FailedPrecondition,
             reason::INVALID_WORKSPACE,

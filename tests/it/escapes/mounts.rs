@@ -228,6 +228,38 @@ async fn the_state_directory_is_never_lent() {
     srv.stop().await;
 }
 
+/// Another service's state, or a journal directory, is never lent either:
+/// not the directory itself, not a directory holding it, not a directory
+/// inside it (its token, sockets and sessions would be a command's).
+#[tokio::test]
+async fn no_services_state_is_ever_lent() {
+    let srv = TestServer::start().await;
+    let root = srv.allowed_root.path();
+    let other = root.join("other");
+    let state = other.join("var/lib/sandboxd/other-service");
+    sandboxd::state::StateDir::open(&state).unwrap();
+    std::fs::write(state.join("token"), "other service's token\n").unwrap();
+    std::fs::create_dir(state.join("workspaces")).unwrap();
+    let journals = root.join("journals");
+    sandboxd::state::StateDir::open(&journals).unwrap();
+    let project = root.join("project");
+    std::fs::create_dir(&project).unwrap();
+    for dir in [
+        state.clone(),
+        state.join("workspaces"),
+        other.clone(),
+        other.join("var/lib"),
+        journals.clone(),
+    ] {
+        let err =
+            assert_refused_unchanged(lent_session(&srv, &dir), "INVALID_WORKSPACE", root).await;
+        assert!(err.message().contains("sandboxd state"), "{dir:?}: {err:?}");
+    }
+    // A project of its own beside them is lent.
+    lent_session(&srv, &project).await.unwrap();
+    srv.stop().await;
+}
+
 /// Commands run with the lent directory's owner's own group, never the
 /// directory's group (root's here, after an operator's `chown 1000`), so
 /// they cannot leave a setgid-root file on the host.
