@@ -14,6 +14,7 @@
 //! fresh random token that only its own client holds.
 
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,12 +109,31 @@ pub struct Local {
     pub service: String,
     stop: oneshot::Sender<()>,
     server: JoinHandle<Result<(), ServeError>>,
-    dir: TempDir,
+    home: Home,
+}
+
+/// Where a private service keeps its state.
+enum Home {
+    /// A temporary directory, removed when dropped.
+    Temp(TempDir),
+    /// A directory among its kind's (see [`Local::builder_in`]), marked
+    /// live by a lock held as long as the service, removed by
+    /// [`Local::stop`] or, after a crash, by [`sweep_dead`].
+    Kept { path: PathBuf, _live: OwnedFd },
+}
+
+impl Home {
+    fn path(&self) -> &Path {
+        match self {
+            Home::Temp(dir) => dir.path(),
+            Home::Kept { path, .. } => path,
+        }
+    }
 }
 
 /// How a [`Local`] is set up; [`Local::builder`] makes one.
 pub struct Builder {
-    dir: TempDir,
+    home: Home,
     config: Config,
     docker: Option<Arc<DockerRuntime>>,
     build_image: bool,
@@ -147,28 +167,50 @@ impl Local {
     /// the operator defaults: the local Docker daemon, commands as one
     /// Docker exec each, no warm pool, no token.
     pub fn builder(service: &str) -> Result<Builder, Error> {
-        let dir = tempfile::tempdir()?;
-        let mut config = Config::new(dir.path().join("state"));
+        Ok(Self::with_home(service, Home::Temp(tempfile::tempdir()?)))
+    }
+
+    /// A service keeping its state in `parent/<service>` (made private),
+    /// marked live by a lock its process holds: a later caller of
+    /// [`sweep_dead`] over `parent` removes what it leaves if it dies
+    /// without stopping. Refused while a live service has that name.
+    pub fn builder_in(service: &str, parent: &Path) -> Result<Builder, Error> {
+        let path = parent.join(service);
+        let home = crate::state::StateDir::open(&path).map_err(std::io::Error::other)?;
+        let live = home.try_lock(LIVE)?.ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "a live service named {service} keeps its state in {}",
+                    path.display()
+                ),
+            )
+        })?;
+        Ok(Self::with_home(service, Home::Kept { path, _live: live }))
+    }
+
+    fn with_home(service: &str, home: Home) -> Builder {
+        let mut config = Config::new(home.path().join("state"));
         config.sandbox = SandboxConfig::new(service);
-        Ok(Builder {
-            dir,
+        Builder {
+            home,
             config,
             docker: None,
             build_image: true,
             access: Access::default(),
             reap_interval: Duration::from_secs(5),
-        })
+        }
     }
 
     /// The temporary directory the service lives in: its state directory
     /// is `state` inside, and every workspace volume it mounts is below.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.home.path()
     }
 
     /// The service's private state directory.
     pub fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("state")
+        self.home.path().join("state")
     }
 
     /// Stops the service; it closes every session and removes its
@@ -176,6 +218,10 @@ impl Local {
     pub async fn stop(self) -> Result<(), Error> {
         let _ = self.stop.send(());
         self.server.await??;
+        if let Home::Kept { path, .. } = &self.home {
+            // Never enters a mount point: a pin left mounted keeps its tree.
+            crate::workspace::remove::remove_tree(path).map_err(std::io::Error::other)?;
+        }
         Ok(())
     }
 }
@@ -244,7 +290,7 @@ impl Builder {
     /// Starts the service and connects a client to it.
     pub async fn start(self) -> Result<Local, Error> {
         let Builder {
-            dir,
+            home,
             config,
             docker,
             build_image,
@@ -291,7 +337,61 @@ impl Builder {
             service,
             stop,
             server,
-            dir,
+            home,
         })
     }
+}
+
+/// The lock a kept service holds while it lives.
+const LIVE: &str = "live.lock";
+
+/// Removes what services kept in `parent` (see [`Local::builder_in`]) left
+/// when they died without stopping: their containers, the workspaces and
+/// pins they mounted, their state. A service whose process lives (it holds
+/// its lock) is left alone, whatever its name. Returns the names swept.
+pub async fn sweep_dead(parent: &Path, docker: Arc<DockerRuntime>) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut swept = Vec::new();
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let path = entry.path();
+        let home = match crate::state::StateDir::open(&path) {
+            Ok(home) => home,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "not a private service's state: left alone");
+                continue;
+            }
+        };
+        let Ok(Some(_dead)) = home.try_lock(LIVE) else {
+            continue;
+        };
+        let mut config = Config::new(path.join("state"));
+        config.sandbox = SandboxConfig::new(&name);
+        match Registry::new(config, docker.clone()) {
+            Ok(registry) => {
+                if let Err(e) = registry.sweep_leaked().await {
+                    tracing::warn!(service = %name, error = ?e, "its containers could not all be removed");
+                    continue;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(service = %name, error = %e, "its state could not be opened");
+                continue;
+            }
+        }
+        match crate::workspace::remove::remove_tree(&path) {
+            Ok(()) => {
+                tracing::info!(service = %name, "removed what a dead private service left");
+                swept.push(name);
+            }
+            Err(e) => {
+                tracing::warn!(service = %name, error = %e, "its state could not all be removed")
+            }
+        }
+    }
+    swept
 }

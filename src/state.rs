@@ -216,6 +216,24 @@ impl StateDir {
     /// An exclusive lock file in this directory, held until dropped (opened
     /// without following a symlink, checked to be the service's own).
     pub fn lock(&self, name: &str) -> io::Result<OwnedFd> {
+        let fd = self.lock_file(name)?;
+        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)?;
+        Ok(fd)
+    }
+
+    /// [`StateDir::lock`] without waiting: `None` while another process
+    /// holds it (a live process's mark; the kernel drops it when the
+    /// process dies, however it dies).
+    pub fn try_lock(&self, name: &str) -> io::Result<Option<OwnedFd>> {
+        let fd = self.lock_file(name)?;
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(fd)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn lock_file(&self, name: &str) -> io::Result<OwnedFd> {
         let fd = rustix::fs::openat(
             &self.dir.fd,
             name,
@@ -231,7 +249,6 @@ impl StateDir {
                 self.dir.path.join(name).display()
             )));
         }
-        rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)?;
         Ok(fd)
     }
 }
@@ -429,6 +446,9 @@ mod tests {
         chown(&state.path().join("b.lock"), 65534);
         assert!(state.lock("b.lock").is_err());
         let held = state.lock("c.lock").unwrap();
+        // Held: another open of it cannot take it, until it is let go.
+        assert!(state.try_lock("c.lock").unwrap().is_none());
         drop(held);
+        assert!(state.try_lock("c.lock").unwrap().is_some());
     }
 }

@@ -83,3 +83,43 @@ def service_fixtures():
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def pid_of(service: str) -> int:
+    """The pid of the `sandboxd mcp` whose private service is `service`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mcp" in argv and service.encode() in argv:
+            return int(entry.name)
+    raise AssertionError(f"no sandboxd mcp process runs the service {service}")
+
+
+def wait_gone(pid: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        # A zombie (exited, not yet reaped by its parent) counts as gone.
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.2)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def mounts_under(prefix: Path) -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4]
+        if point == str(prefix) or point.startswith(f"{prefix}/"):
+            points.append(point)
+    return points
+
+
+#: Where private services keep their state (run as root).
+PRIVATE_HOMES = Path("/var/lib/sandboxd/mcp")

@@ -5,6 +5,9 @@ while a command runs, policy, checkpoints, and the session's end."""
 from __future__ import annotations
 
 import hashlib
+import signal
+import socket
+import threading
 import json
 import os
 import time
@@ -15,7 +18,17 @@ from typing import Any
 import anyio
 import jsonschema
 import pytest
-from mcp_harness import ROOT, containers, mcp_session, service_name, wait_no_containers
+from mcp_harness import (
+    PRIVATE_HOMES,
+    ROOT,
+    containers,
+    mcp_session,
+    mounts_under,
+    pid_of,
+    service_name,
+    wait_gone,
+    wait_no_containers,
+)
 from mcp import ClientSession
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -418,3 +431,140 @@ def test_the_example_configurations_start_a_working_server_over_the_current_dire
                 await refused(s, "create_file", "POLICY_DENIED", path="tests/test_x.py", content="")
 
         run(main)
+
+
+def test_a_killed_server_leaves_what_the_next_start_removes(workspace: Path, tmp_path: Path) -> None:
+    """kill -9 mid-session leaves a container, the pin of the directory and
+    the private service's state; the next `sandboxd mcp` removes them all,
+    and the directory is as the session left it."""
+    project(workspace)
+    name = service_name()
+    home = PRIVATE_HOMES / name
+
+    async def killed() -> None:
+        async with mcp_session("--workspace", str(workspace), "--service-name", name) as s:
+            await call(s, "run_command", command="echo kept > made.txt; sleep 600 > /dev/null 2>&1 &")
+            pid = pid_of(name)
+            os.kill(pid, signal.SIGKILL)
+            assert wait_gone(pid)
+
+    try:
+        run(killed)
+    except BaseException:
+        pass  # the server died under the client: that is the point
+    assert containers(name), "a killed server leaves its container"
+    assert home.is_dir() and mounts_under(home), "and its state, with the directory's pin"
+
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def next_start() -> None:
+        async with mcp_session("--workspace", str(other)) as s:
+            await call(s, "list_dir")
+
+    run(next_start)
+    assert containers(name) == []
+    assert not home.exists()
+    assert mounts_under(home) == []
+    assert (workspace / "made.txt").read_text() == "kept\n"
+    assert (workspace / "calc.py").read_text() == CALC
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM])
+def test_a_signal_ends_the_session_and_removes_everything(workspace: Path, sig: signal.Signals) -> None:
+    name = service_name()
+
+    async def signalled() -> None:
+        async with mcp_session("--workspace", str(workspace), "--service-name", name) as s:
+            await call(s, "run_command", command="sleep 600 > /dev/null 2>&1 &")
+            pid = pid_of(name)
+            os.kill(pid, sig)
+            assert wait_gone(pid), f"{sig.name} did not end the server"
+
+    try:
+        run(signalled)
+    except BaseException:
+        pass  # the server went away under the client: that is the point
+    assert containers(name) == []
+    assert not (PRIVATE_HOMES / name).exists()
+
+
+def test_a_live_servers_name_is_not_taken_nor_its_state_swept(workspace: Path, tmp_path: Path) -> None:
+    name = service_name()
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def main() -> None:
+        async with mcp_session("--workspace", str(workspace), "--service-name", name) as first:
+            await call(first, "run_command", command="true")
+            async with mcp_session("--workspace", str(other), "--service-name", name) as second:
+                msg = await refused(second, "list_dir", "SANDBOX_UNAVAILABLE")
+                assert "live service" in msg
+            async with mcp_session("--workspace", str(other)) as third:
+                await call(third, "list_dir")
+            # The first is untouched by the others' sweeps.
+            assert containers(name)
+            await call(first, "run_command", command="true")
+
+    run(main)
+    assert wait_no_containers(name) == []
+
+
+def test_a_hung_engine_does_not_hang_the_server(workspace: Path, tmp_path: Path) -> None:
+    """An engine that accepts and never answers: the server still starts
+    the protocol, and SIGTERM ends it within its grace period (a second
+    signal at once)."""
+    engine = tmp_path / "hung.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(engine))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: [held.append(listener.accept()[0]) for _ in range(64)], daemon=True).start()
+    name = service_name()
+    timings: dict[str, float] = {}
+
+    async def main() -> None:
+        env = {"DOCKER_HOST": f"unix://{engine}"}
+        async with mcp_session("--workspace", str(workspace), "--service-name", name, env=env) as s:
+            assert {t.name for t in (await s.list_tools()).tools} == TOOLS
+            pid = pid_of(name)
+            started = time.monotonic()
+            os.kill(pid, signal.SIGTERM)
+            assert wait_gone(pid, timeout=60)
+            timings["term"] = time.monotonic() - started
+
+    try:
+        run(main)
+    except BaseException:
+        pass
+    assert timings, "the server was not stopped"
+    assert timings["term"] < 45, timings
+
+    async def twice() -> None:
+        env = {"DOCKER_HOST": f"unix://{engine}"}
+        async with mcp_session("--workspace", str(workspace), "--service-name", name + "-2", env=env):
+            pid = pid_of(name + "-2")
+            os.kill(pid, signal.SIGTERM)
+            time.sleep(0.5)
+            started = time.monotonic()
+            os.kill(pid, signal.SIGTERM)
+            assert wait_gone(pid, timeout=60)
+            timings["twice"] = time.monotonic() - started
+
+    try:
+        run(twice)
+    except BaseException:
+        pass
+    assert timings.get("twice", 99) < 10, timings
+    listener.close()
+    for conn in held:
+        conn.close()
+
+    # What the given-up openings left, the next start removes.
+    async def next_start() -> None:
+        async with mcp_session("--fresh") as s:
+            await call(s, "list_dir")
+
+    run(next_start)
+    assert not (PRIVATE_HOMES / name).exists()
+    assert not (PRIVATE_HOMES / f"{name}-2").exists()

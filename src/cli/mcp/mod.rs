@@ -2,12 +2,16 @@
 //! agent) over stdio.
 //!
 //! By default it starts a private service inside this process, as `demo`
-//! does (a random token only this process holds; its state in a private
-//! temporary directory), and opens a session over `--workspace` (default:
-//! the current directory), so an agent needs nothing else running. With
-//! `--addr` it uses a running service instead. The session lives while the
-//! client is connected (kept from its idle timeout) and is closed when the
-//! client goes away or the process is told to stop.
+//! does (a random token only this process holds), and opens a session over
+//! `--workspace` (default: the current directory), so an agent needs
+//! nothing else running. The private service keeps its state in
+//! `<state root>/mcp/<name>`, marked live by a lock the process holds;
+//! each start first removes what dead ones left (containers, mounts,
+//! state), however they died. With `--addr` it uses a running service
+//! instead. The session lives while the client is connected (kept from its
+//! idle timeout) and is closed when the client goes away or the process is
+//! told to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT); an opening that hangs
+//! (an engine that does not answer) is given up after a grace period.
 //!
 //! stdout carries the protocol and nothing else: the process's fd 1 is
 //! pointed at stderr before anything starts, and the protocol writes to a
@@ -22,6 +26,7 @@ mod tools;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -33,6 +38,8 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use sandboxd::local::Local;
 use sandboxd::pb;
+use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::state::StateDir;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -115,23 +122,67 @@ pub async fn run(
         instructions,
     };
     let transport = (tokio::io::stdin(), tokio::fs::File::from_std(protocol_out));
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut stop = Stop::new()?;
     match bridge.serve(transport).await {
         Ok(running) => {
             let cancel = running.cancellation_token();
             tokio::select! {
                 quit = running.waiting() => tracing::info!(?quit, "the client went away"),
-                _ = tokio::signal::ctrl_c() => cancel.cancel(),
-                _ = terminate.recv() => cancel.cancel(),
+                () = stop.signalled() => cancel.cancel(),
             }
         }
         Err(e) => tracing::warn!(error = %e, "the client did not start the protocol"),
     }
-    // An opening still under way (the first image build) finishes first,
-    // so that what it made is closed rather than left behind.
-    let backend = opening.await?;
+    // An opening still under way (the first image build) may finish, so
+    // that what it made is closed; one that hangs (an engine that does not
+    // answer) is given up, and what it left is swept by the next start.
+    let mut opening = opening;
+    let backend = tokio::select! {
+        opened = &mut opening => opened?,
+        () = tokio::time::sleep(OPENING_GRACE) => {
+            eprintln!("sandboxd: the session was still opening after {OPENING_GRACE:?}: given up");
+            opening.abort();
+            Backend::None
+        }
+        () = stop.signalled() => {
+            opening.abort();
+            Backend::None
+        }
+    };
     close(backend).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long an opening still under way at the end may take to finish.
+const OPENING_GRACE: Duration = Duration::from_secs(20);
+
+/// How long a tool call waits for the session to open (the first start
+/// builds the sandbox image) before it is refused.
+const OPENING_WAIT: Duration = Duration::from_secs(240);
+
+/// The signals that end the server: SIGTERM, SIGINT, SIGHUP (the terminal
+/// went away) and SIGQUIT.
+struct Stop(Vec<tokio::signal::unix::Signal>);
+
+impl Stop {
+    fn new() -> std::io::Result<Stop> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let kinds = [
+            SignalKind::terminate(),
+            SignalKind::interrupt(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ];
+        Ok(Stop(
+            kinds.into_iter().map(signal).collect::<Result<_, _>>()?,
+        ))
+    }
+
+    /// Waits for the next of them.
+    async fn signalled(&mut self) {
+        let waits = self.0.iter_mut().map(|s| Box::pin(s.recv()));
+        futures_util::future::select_all(waits).await;
+    }
 }
 
 /// Points fd 1 at stderr and returns a private copy of the original stdout
@@ -217,8 +268,16 @@ async fn open_private(
         .service_name
         .clone()
         .unwrap_or_else(|| format!("sandboxd-mcp-{}", std::process::id()));
-    let builder = match Local::builder(&name) {
-        Ok(b) => b,
+    // Private services keep their state in one place, each marked live by
+    // its process: what dead ones left (killed, the machine reset) is
+    // removed first.
+    let docker = Arc::new(DockerRuntime::new(None));
+    let home = StateDir::default_root().join("mcp");
+    for dead in sandboxd::local::sweep_dead(&home, Arc::clone(&docker)).await {
+        eprintln!("sandboxd: removed what the dead private service {dead} left");
+    }
+    let builder = match Local::builder_in(&name, &home) {
+        Ok(b) => b.docker(docker),
         Err(e) => return (Backend::None, Err(unavailable(e))),
     };
     let image = (!args.spec.image.is_empty()).then(|| args.spec.image.clone());
@@ -391,11 +450,21 @@ impl Bridge {
     /// The session, once it is open (or why it could not be).
     async fn session(&self) -> Result<Session, Refused> {
         let mut ready = self.ready.clone();
-        match ready.wait_for(Option::is_some).await {
-            Ok(opened) => opened
+        let opened = tokio::time::timeout(OPENING_WAIT, ready.wait_for(Option::is_some)).await;
+        match opened {
+            Ok(Ok(opened)) => opened
                 .clone()
                 .unwrap_or_else(|| Err(unavailable("it is gone"))),
-            Err(_) => Err(unavailable("the opening failed")),
+            Ok(Err(_)) => Err(unavailable("the opening failed")),
+            Err(_) => Err(Refused::new(
+                "SANDBOX_UNAVAILABLE",
+                format!(
+                    "the session is still opening after {} s (building the sandbox image, or \
+                     the Docker engine does not answer); nothing was done. Try again in a \
+                     minute; if it persists, check `docker info`",
+                    OPENING_WAIT.as_secs()
+                ),
+            )),
         }
     }
 }
