@@ -19,6 +19,9 @@
 //! - DEL (U+007F) as `^?`;
 //! - the C1 controls U+0080..U+009F (a single CSI U+009B starts a sequence on
 //!   some terminals) as `<U+009B>`, as `less` shows them;
+//! - the bidirectional controls (U+200E, U+200F, U+202A..U+202E,
+//!   U+2066..U+2069), which reorder what a reader sees ("Trojan Source"),
+//!   as `<U+202E>`;
 //! - everything else, multibyte text included, unchanged.
 
 use std::borrow::Cow;
@@ -28,7 +31,17 @@ use std::io::{self, IsTerminal, Write};
 /// Whether a terminal would act on `c` rather than show it (newline and tab
 /// are the two controls text needs).
 fn is_control(c: char) -> bool {
-    matches!(c, '\0'..='\x1f' | '\x7f' | '\u{80}'..='\u{9f}') && c != '\n' && c != '\t'
+    matches!(
+        c,
+        '\0'..='\x1f'
+            | '\x7f'
+            | '\u{80}'..='\u{9f}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+    ) && c != '\n'
+        && c != '\t'
 }
 
 /// `text` as a terminal must receive it: every control character except
@@ -349,6 +362,14 @@ mod tests {
     }
 
     #[test]
+    fn bidirectional_controls_are_shown_as_code_points() {
+        // `if access != "user\u{202e} \u{2066}// admin"` reads differently
+        // from what the compiler sees.
+        let shown = neutralise("a\u{202e}b\u{2066}c\u{200f}d");
+        assert_eq!(shown, "a<U+202E>b<U+2066>c<U+200F>d");
+    }
+
+    #[test]
     fn multibyte_text_next_to_controls_is_left_intact() {
         let text = "héllo → 世界 🦀 \u{a0}\u{a9}";
         assert_eq!(neutralise(text), text);
@@ -362,7 +383,11 @@ mod tests {
         for c in (0..=0x10_ffff_u32).filter_map(char::from_u32) {
             let shown = neutralise(c.encode_utf8(&mut [0; 4])).into_owned();
             let kept = shown == c.to_string();
-            let control = matches!(u32::from(c), 0..=0x1f | 0x7f..=0x9f) && c != '\n' && c != '\t';
+            let control = matches!(
+                u32::from(c),
+                0..=0x1f | 0x7f..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069
+            ) && c != '\n'
+                && c != '\t';
             assert_eq!(kept, !control, "U+{:04X} -> {shown:?}", u32::from(c));
             assert!(
                 !shown.contains(is_control),
