@@ -363,3 +363,33 @@ async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
         .unwrap();
     served.stop();
 }
+
+/// A private service (what `demo`, `bench` and `sandboxd mcp` run) demands
+/// a fresh random token on its loopback port: another local user reaching
+/// the port gets nowhere, its own client gets in.
+#[tokio::test]
+async fn a_private_service_demands_a_token_only_its_client_holds() {
+    let local = sandboxd::local::Local::builder("sandboxd-test-private")
+        .unwrap()
+        .build_image(false)
+        .private()
+        .start()
+        .await
+        .unwrap();
+    let token = local.token.clone().expect("a private service has a token");
+    assert_eq!(token.len(), 64);
+    let channel = Channel::from_shared(format!("http://{}", local.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut stranger = SandboxClient::new(channel);
+    assert_refused(
+        stranger.list_sessions(pb::ListSessionsRequest {}),
+        "UNAUTHENTICATED",
+    )
+    .await;
+    let mut own = local.client.clone();
+    own.list_sessions(pb::ListSessionsRequest {}).await.unwrap();
+    local.stop().await.unwrap();
+}
