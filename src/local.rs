@@ -52,8 +52,11 @@ impl Bearer {
 }
 
 impl tonic::service::Interceptor for Bearer {
+    /// A call that carries its own credentials keeps them.
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
+        if let Some(value) = &self.0
+            && !req.metadata().contains_key("authorization")
+        {
             req.metadata_mut().insert("authorization", value.clone());
         }
         Ok(req)
@@ -98,7 +101,7 @@ pub struct Local {
     pub client: Client,
     /// Where it listens.
     pub addr: SocketAddr,
-    /// The token it demands, if any ([`Builder::private`]).
+    /// The token it demands, if it is private ([`Builder::private`]).
     pub token: Option<String>,
     /// Its registry (to observe the warm pool).
     pub registry: Arc<Registry>,
@@ -138,6 +141,8 @@ pub struct Builder {
     docker: Option<Arc<DockerRuntime>>,
     build_image: bool,
     access: Access,
+    /// The client holds the token ([`Builder::private`]).
+    private: bool,
     reap_interval: Duration,
 }
 
@@ -198,6 +203,7 @@ impl Local {
             docker: None,
             build_image: true,
             access: Access::default(),
+            private: false,
             reap_interval: Duration::from_secs(5),
         }
     }
@@ -278,6 +284,7 @@ impl Builder {
     /// [`Local::client`] (and whoever is handed [`Local::token`]) holds.
     pub fn private(mut self) -> Self {
         self.access.token = Some(crate::secret::random_hex());
+        self.private = true;
         self
     }
 
@@ -295,6 +302,7 @@ impl Builder {
             docker,
             build_image,
             access,
+            private,
             reap_interval,
         } = self;
         let docker = docker.unwrap_or_else(|| Arc::new(DockerRuntime::new(None)));
@@ -305,7 +313,9 @@ impl Builder {
                 .map_err(Error::BuildImage)?;
         }
         let service = config.sandbox.service.clone();
-        let token = access.token.clone();
+        // Only a private service's client holds its token; callers of a
+        // service with a token of theirs send it themselves.
+        let token = access.token.clone().filter(|_| private);
         let bearer = Bearer::new(token.as_deref()).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
