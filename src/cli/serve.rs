@@ -128,6 +128,20 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     allow_images: Vec<String>,
+    // The default is the library's, written once.
+    #[arg(
+        long,
+        env = "SANDBOXD_COMMAND_USER",
+        value_parser = parse_user,
+        help = format!(
+            "\"UID:GID\" commands run as where the workspace is root's: an id no host \
+             account has, since an account with it could reach running commands \
+             [default: {}:{}]",
+            defaults::COMMAND_USER.0,
+            defaults::COMMAND_USER.1
+        )
+    )]
+    command_user: Option<(u32, u32)>,
     /// Container runtime, e.g. runsc for gVisor (default: the engine's).
     #[arg(long, env = "SANDBOXD_CONTAINER_RUNTIME")]
     container_runtime: Option<String>,
@@ -269,6 +283,9 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         sandbox.default_image = image;
     }
     sandbox.allowed_images = args.allow_images;
+    if let Some(user) = args.command_user {
+        sandbox.default_user = user;
+    }
     let wants_runsc = args.container_runtime.as_deref() == Some(runsc::NAME);
     sandbox.runtime = args.container_runtime;
     sandbox.default_limits = Limits {
@@ -510,5 +527,15 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+/// "UID:GID", both numbers, neither root's.
+fn parse_user(s: &str) -> Result<(u32, u32), String> {
+    let (uid, gid) = s.split_once(':').ok_or("expected UID:GID")?;
+    let id = |n: &str| n.parse::<u32>().map_err(|e| format!("{n:?}: {e}"));
+    match (id(uid)?, id(gid)?) {
+        (0, _) | (_, 0) => Err("commands never run as root".into()),
+        user => Ok(user),
     }
 }

@@ -170,7 +170,7 @@ impl SandboxConfig {
         SandboxConfig {
             default_image: sandbox::image::default_image(),
             allowed_images: Vec::new(),
-            default_user: (1000, 1000),
+            default_user: defaults::COMMAND_USER,
             default_limits: sandbox::Limits {
                 memory_bytes: defaults::MEMORY_BYTES,
                 nano_cpus: defaults::NANO_CPUS,

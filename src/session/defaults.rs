@@ -2,6 +2,16 @@
 //! and [`super::SandboxConfig::new`] start from them, and `serve`'s flags
 //! show them as their defaults.
 
+/// The uid and gid commands run as where the workspace is root's (a fresh
+/// workspace, root's checkout through an id-mapped pin). A host account
+/// with the commands' uid would pass the kernel's same-user checks on
+/// their processes (their view through `/proc/<pid>/root`, signals), so it
+/// is an id no account has: above the ranges useradd delegates for user
+/// namespaces (up to 600,100,000 by default) and those systemd hands to
+/// containers (to 0x6FFFFFFF). `serve` warns when `/etc/passwd` or
+/// `/etc/subuid` gives it to somebody (`--command-user` chooses another).
+pub const COMMAND_USER: (u32, u32) = (1_900_000_000, 1_900_000_000);
+
 /// Idle timeout of a session that asks for none, in seconds.
 pub const TTL_SECS: u64 = 3600;
 /// Ceiling on a requested idle timeout, in seconds.

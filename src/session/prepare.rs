@@ -134,6 +134,27 @@ fn primary_gid(uid: u32) -> Option<u32> {
     })
 }
 
+/// Who on this host may hold `uid`: an account of /etc/passwd, or a user
+/// whose /etc/subuid range (ids delegated for user namespaces) holds it.
+pub fn holder_of(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let account = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.get(2)?.parse::<u32>().ok()? == uid).then(|| format!("the account {}", fields[0]))
+    });
+    account.or_else(|| {
+        let subuid = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
+        subuid.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            let start: u64 = fields.get(1)?.parse().ok()?;
+            let count: u64 = fields.get(2)?.parse().ok()?;
+            (start..start + count)
+                .contains(&u64::from(uid))
+                .then(|| format!("the ids /etc/subuid delegates to {}", fields[0]))
+        })
+    })
+}
+
 fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
 }

@@ -46,6 +46,14 @@ impl Registry {
     /// A registry keeping its state in `config.state_dir` (made if
     /// missing, refused if another user could change it).
     pub fn new(config: Config, runtime: Arc<dyn Runtime>) -> Result<Registry, StartError> {
+        let (uid, _) = config.sandbox.default_user;
+        if let Some(holder) = super::prepare::holder_of(uid) {
+            tracing::warn!(
+                uid,
+                "commands run as uid {uid}, which is {holder}: that user can reach running commands \
+                 (their view through /proc, signals); choose an id nobody has (serve --command-user)"
+            );
+        }
         let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
         let volumes = Arc::new(Volumes::open(&state)?);
         let journal_dir = match &config.journal_dir {

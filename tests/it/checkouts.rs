@@ -133,14 +133,15 @@ async fn commands_write_a_root_owned_checkout_and_what_they_make_stays_roots() {
     let ran = run(&srv.client, &s.session_id, &script, 30_000).await;
     assert_eq!(ran.exit.exit_code, 0, "{}{}", ran.stdout(), ran.stderr());
     let out = ran.stdout();
+    let (uid, gid) = (crate::common::UID, crate::common::GID);
     assert!(
-        out.starts_with("1000\n1000\n"),
+        out.starts_with(&format!("{uid}\n{gid}\n")),
         "commands are not root: {out}"
     );
     // Inside, root's checkout is the command's own.
     for name in [".", "calc.py", "test_calc.py", ".cache/x/f", ".git/index"] {
         assert!(
-            out.contains(&format!("1000:1000 {name}\n")),
+            out.contains(&format!("{uid}:{gid} {name}\n")),
             "{name}: {out}"
         );
     }
@@ -200,7 +201,8 @@ async fn a_root_checkout_that_cannot_be_idmapped_still_opens_and_says_why() {
     assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
     let note = &s.notes[0];
     assert!(
-        note.contains("could not be id-mapped") && note.contains("uid 1000"),
+        note.contains("could not be id-mapped")
+            && note.contains(&format!("uid {}", crate::common::UID)),
         "{note}"
     );
     let ran = run(
@@ -210,7 +212,12 @@ async fn a_root_checkout_that_cannot_be_idmapped_still_opens_and_says_why() {
         20_000,
     )
     .await;
-    assert_eq!(ran.stdout(), "1000\nx = 1\nrefused\n", "{}", ran.stderr());
+    assert_eq!(
+        ran.stdout(),
+        format!("{}\nx = 1\nrefused\n", crate::common::UID),
+        "{}",
+        ran.stderr()
+    );
     let got = srv
         .client
         .clone()

@@ -922,7 +922,7 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     .await;
     let out = ran.stdout();
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "1000", "{out}");
+    assert_eq!(lines[0], crate::common::UID.to_string(), "{out}");
     assert_eq!(lines[1], "/workspace", "{out}");
     assert!(lines[2].starts_with("tmpfs rw,nosuid,nodev"), "{out}");
     assert!(lines[2].contains("size=8192k"), "{out}");

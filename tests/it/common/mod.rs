@@ -25,6 +25,12 @@ pub use files::{
     assert_refused, assert_refused_unchanged, edit, edit_req, read_req, reason, refusals, snapshot,
 };
 pub use local::Client;
+
+/// The uid and gid commands run as in fresh workspaces and root's
+/// checkouts.
+pub const UID: u32 = sandboxd::session::defaults::COMMAND_USER.0;
+/// See [`UID`].
+pub const GID: u32 = sandboxd::session::defaults::COMMAND_USER.1;
 pub use run::{run, run_req, try_run};
 
 /// The `sandboxd` binary: the supervisor mounted into containers, and the

@@ -103,9 +103,10 @@ async fn planted_setuid_files_in_a_root_checkout_are_useless_on_the_host() {
     let ran = run(&srv.client, &sid, plant, 20_000).await;
     assert_eq!(ran.exit.exit_code, 0, "{}", ran.stderr());
     let out = ran.stdout();
-    assert!(out.contains("-rwsr-xr-x 1 1000 1000"), "{out}");
+    let (uid, gid) = (crate::common::UID, crate::common::GID);
+    assert!(out.contains(&format!("-rwsr-xr-x 1 {uid} {gid}")), "{out}");
     // In the container the bits do nothing: the pin is nosuid.
-    assert!(out.ends_with("1000\n1000\n"), "{out}");
+    assert!(out.ends_with(&format!("{uid}\n{gid}\n")), "{out}");
     let mounts = run(
         &srv.client,
         &sid,
@@ -139,6 +140,112 @@ async fn planted_setuid_files_in_a_root_checkout_are_useless_on_the_host() {
 /// its source) is the same file there: a command could rewrite it or make
 /// it set-uid, root's in a root checkout. Such a checkout is refused before
 /// any command runs; the same tree without shared files is lent.
+/// Host processes running as `uid`.
+fn processes_of(uid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let real = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().next()?.parse::<u32>().ok());
+        if real == Some(uid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Commands run as a uid no host account has, so no other user of the
+/// host can reach them: not through `/proc/<pid>/root` (the container's
+/// view, the workspace, root's checkout through its id-mapped pin), not by
+/// signals. Tried as `nobody` and as uid 1000, the first account of a
+/// typical host (and the uid commands once ran as), over a fresh
+/// workspace and over root's checkout.
+#[tokio::test]
+async fn no_host_user_can_reach_a_running_command() {
+    let srv = TestServer::with_docker().await;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    assert!(
+        !passwd
+            .lines()
+            .any(|l| l.split(':').nth(2) == Some(&common::UID.to_string())),
+        "an account has the commands' uid"
+    );
+    let repo = srv.allowed_root.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(repo.join("secret.txt"), "root's\n").unwrap();
+    std::fs::set_permissions(
+        repo.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let (fresh, _) = srv.session().await;
+    let lent = srv
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            workspace_path: repo.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    for sid in [&fresh, &lent] {
+        let before = processes_of(common::UID);
+        run(
+            &srv.client,
+            sid,
+            "nohup sleep 300 >/dev/null 2>&1 &",
+            20_000,
+        )
+        .await;
+        let sleepers: Vec<u32> = processes_of(common::UID)
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        assert!(
+            !sleepers.is_empty(),
+            "the command's processes run as uid {}",
+            common::UID
+        );
+        for pid in sleepers {
+            let probe = format!(
+                "ls /proc/{pid}/root/workspace 2>/dev/null && echo listed; \
+                 cat /proc/{pid}/root/workspace/secret.txt 2>/dev/null && echo read; \
+                 touch /proc/{pid}/root/workspace/planted 2>/dev/null && echo wrote; \
+                 kill -STOP {pid} 2>/dev/null && echo stopped; \
+                 kill -0 {pid} 2>/dev/null && echo signalled; echo probed"
+            );
+            let as_nobody = as_nobody(&probe);
+            let as_1000 = Command::new("setpriv")
+                .args([
+                    "--reuid=1000",
+                    "--regid=1000",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                    &probe,
+                ])
+                .output()
+                .unwrap();
+            for out in [as_nobody, as_1000] {
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    "probed\n",
+                    "pid {pid}"
+                );
+            }
+        }
+        assert!(!repo.join("planted").exists());
+    }
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn a_checkout_sharing_files_with_the_outside_is_refused() {
     let srv = TestServer::with_docker().await;

@@ -308,7 +308,12 @@ pub async fn sessions_start_from_the_warm_pool_which_refills_and_is_cleaned_up(m
         10_000,
     )
     .await;
-    assert!(ran.stdout().starts_with("1000\n"), "{}", ran.stdout());
+    assert!(
+        ran.stdout()
+            .starts_with(&format!("{}\n", crate::common::UID)),
+        "{}",
+        ran.stdout()
+    );
     assert!(
         ran.stdout().contains("Read-only file system"),
         "{}",

@@ -62,7 +62,10 @@ pub async fn root_filesystem_is_read_only_and_commands_are_not_root(mode: Mode) 
     )
     .await;
     let out = ran.stdout();
-    assert!(out.starts_with("1000\n"), "{out}");
+    assert!(
+        out.starts_with(&format!("{}\n", crate::common::UID)),
+        "{out}"
+    );
     assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
     // gVisor's /proc does not show the flag (runsc enforces it all the same).
     if mode != Mode::Gvisor {

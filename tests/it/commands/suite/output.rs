@@ -82,12 +82,20 @@ pub async fn commands_take_the_configured_path(mode: Mode) {
     let parent = ran.stdout();
     match mode {
         Mode::Supervisor => assert!(
-            parent.starts_with("/.sandboxd/sandboxd supervise --user 1000:1000 --connect"),
+            parent.starts_with(&format!(
+                "/.sandboxd/sandboxd supervise --user {}:{} --connect",
+                crate::common::UID,
+                crate::common::GID
+            )),
             "{parent}"
         ),
         Mode::SupervisorStdio | Mode::Gvisor => assert_eq!(
             parent.trim_end(),
-            "/.sandboxd/sandboxd supervise --user 1000:1000"
+            format!(
+                "/.sandboxd/sandboxd supervise --user {}:{}",
+                crate::common::UID,
+                crate::common::GID
+            )
         ),
         Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
