@@ -42,6 +42,11 @@ class Service:
     log: Path
     ca_cert: Optional[Path] = None
 
+    @property
+    def roots(self) -> Path:
+        """The root under which this service lends existing directories."""
+        return self.tmp / "roots"
+
     def client(self, **kw: object) -> sandboxd.Client:
         return sandboxd.connect(self.addr, token=self.token, ca_cert=self.ca_cert, **kw)  # type: ignore[arg-type]
 
@@ -107,6 +112,9 @@ def start_service(
     else:
         addr = listen
     log = tmp / "serve.log"
+    # Existing directories may be lent from here (tmp is 0700, root's).
+    roots = tmp / "roots"
+    roots.mkdir(mode=0o700)
     # The service reads SANDBOXD_* from its environment: give it none of the caller's.
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXD_")}
     cmd = [
@@ -122,6 +130,8 @@ def start_service(
         str(token_file),
         "--pool-size",
         str(pool_size),
+        "--allow-root",
+        str(roots),
         *extra,
     ]
     with open(log, "wb") as out:

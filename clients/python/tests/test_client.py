@@ -220,12 +220,21 @@ def test_policy_refusals(sb: sandboxd.Client) -> None:
     refused(sandboxd.PolicyDenied, "POLICY_DENIED", lambda: sb.delete_environment("nope"))
 
 
-def test_session_refusals(sb: sandboxd.Client) -> None:
+def test_session_refusals(sb: sandboxd.Client, service: Service) -> None:
     refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", lambda: sb.attach("no-such-session"))
-    e = refused(sandboxd.InvalidWorkspace, "INVALID_WORKSPACE", lambda: sb.session("/no/such/dir"))
-    assert isinstance(e, sandboxd.SessionRefused)
-    # An existing directory outside any allowed root.
+    # A missing directory under the allowed root.
+    missing = str(service.roots / "no-such-dir")
+    e = refused(sandboxd.InvalidWorkspace, "INVALID_WORKSPACE", lambda: sb.session(missing))
+    assert isinstance(e, sandboxd.SessionRefused) and e.metadata["path"] == missing
+    # Outside any allowed root, existing or not: refused before it is looked at.
     refused(sandboxd.PathOutsideWorkspace, "PATH_OUTSIDE_WORKSPACE", lambda: sb.session("/etc"))
+    refused(sandboxd.PathOutsideWorkspace, "PATH_OUTSIDE_WORKSPACE", lambda: sb.session("/no/such/dir"))
+    # A lent directory works, and the session sees its files.
+    lent = service.roots / "project"
+    lent.mkdir()
+    (lent / "a.txt").write_text("lent\n")
+    with sb.session(str(lent)) as s:
+        assert s.read("a.txt").content == "lent\n"
 
 
 def test_limit_refusals(sb: sandboxd.Client, session: sandboxd.Session) -> None:
