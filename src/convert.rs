@@ -64,6 +64,7 @@ impl From<Info> for pb::Session {
             policy: Some(i.rules.into()),
             environment: i.environment.unwrap_or_default(),
             notes: i.notes,
+            session_token: i.session_token.unwrap_or_default(),
         }
     }
 }

@@ -21,6 +21,13 @@ pub fn random_hex() -> String {
     hex::encode(bytes)
 }
 
+/// The sha256 of `bytes`: how a credential is kept (never the credential
+/// itself) and looked up.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
 /// Whether `a` and `b` are equal, comparing every byte whatever the first
 /// difference (only the length is told by the time taken).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

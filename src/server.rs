@@ -16,27 +16,49 @@ use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::pb::{self, sandbox_server::SandboxServer};
 use crate::service::{MayBuild, SandboxService};
-use crate::session::Registry;
+use crate::session::{Caller, Registry};
 
 /// Largest request or reply message: a 10 MiB file plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Checks the bearer token of a call (constant time); with no token
-/// configured, every call passes. A call carrying the build token passes
-/// too, marked as allowed to build ([`MayBuild`]).
+/// Authenticates each call by its bearer token and marks it with its
+/// [`Caller`]: the service's token (compared in constant time) or its build
+/// token makes the operator, whom a build token also marks as allowed to
+/// build ([`MayBuild`]); an open session's token makes that session's
+/// holder; anything else is refused. With no service token configured the
+/// transport decides who may connect, and every caller is the operator.
 #[derive(Clone)]
 struct BearerAuth {
     expected: Option<Arc<Vec<u8>>>,
     build: Option<Arc<Vec<u8>>>,
+    registry: Arc<Registry>,
 }
 
 impl BearerAuth {
-    fn new(token: Option<String>, build: Option<String>) -> Self {
+    fn new(token: Option<String>, build: Option<String>, registry: Arc<Registry>) -> Self {
         let header = |t: String| Arc::new(format!("Bearer {t}").into_bytes());
         BearerAuth {
             expected: token.map(header),
             build: build.map(header),
+            registry,
         }
+    }
+
+    fn caller(&self, given: &[u8]) -> Option<(Caller, bool)> {
+        // Timing must tell nothing about either token.
+        let builder = self
+            .build
+            .as_ref()
+            .is_some_and(|b| crate::secret::constant_time_eq(given, b));
+        let Some(expected) = &self.expected else {
+            return Some((Caller::Admin, builder));
+        };
+        if builder || crate::secret::constant_time_eq(given, expected) {
+            return Some((Caller::Admin, builder));
+        }
+        let token = given.strip_prefix(b"Bearer ")?;
+        let session = self.registry.session_of_token(token)?;
+        Some((Caller::Session(session), false))
     }
 }
 
@@ -47,23 +69,14 @@ impl Interceptor for BearerAuth {
             .get("authorization")
             .map(|v| v.as_bytes())
             .unwrap_or_default();
-        // Timing must tell nothing about either token.
-        let builder = self
-            .build
-            .as_ref()
-            .is_some_and(|b| crate::secret::constant_time_eq(given, b));
-        let caller = self
-            .expected
-            .as_ref()
-            .is_none_or(|e| crate::secret::constant_time_eq(given, e));
-        if builder {
+        let (caller, may_build) = self
+            .caller(given)
+            .ok_or_else(|| tonic::Status::from(crate::error::Error::Unauthenticated))?;
+        if may_build {
             req.extensions_mut().insert(MayBuild);
         }
-        if builder || caller {
-            Ok(req)
-        } else {
-            Err(crate::error::Error::Unauthenticated.into())
-        }
+        req.extensions_mut().insert(caller);
+        Ok(req)
     }
 }
 
@@ -156,7 +169,7 @@ pub async fn serve(
     let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let auth = BearerAuth::new(access.token, access.build_token);
+    let auth = BearerAuth::new(access.token, access.build_token, Arc::clone(&registry));
     let sandbox = InterceptedService::new(sandbox, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth.clone());
 

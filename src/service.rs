@@ -9,7 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::{self, sandbox_server::Sandbox};
-use crate::session::Registry;
+use crate::session::{Caller, Registry};
 
 /// The `sandboxd.v1.Sandbox` service over a session registry.
 #[derive(Debug, Clone)]
@@ -31,6 +31,15 @@ type Reply<T> = Result<Response<T>, Status>;
 #[derive(Debug, Clone, Copy)]
 pub struct MayBuild;
 
+/// Who the server authenticated the call as. A call it did not mark (which
+/// the server never lets through) may use no session and no admin call.
+fn caller<T>(req: &Request<T>) -> Caller {
+    req.extensions()
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or_else(|| Caller::Session(String::new()))
+}
+
 /// Events of one BuildEnvironment call.
 pub type BuildStream =
     Pin<Box<dyn Stream<Item = Result<pb::BuildEnvironmentEvent, Status>> + Send>>;
@@ -45,22 +54,24 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Sta
 #[tonic::async_trait]
 impl Sandbox for SandboxService {
     async fn create_session(&self, req: Request<pb::CreateSessionRequest>) -> Reply<pb::Session> {
+        Registry::admin_only(&caller(&req), "create sessions")?;
         let info = self.registry.create(req.into_inner().into()).await?;
         Ok(Response::new(info.into()))
     }
 
     async fn get_session(&self, req: Request<pb::GetSessionRequest>) -> Reply<pb::Session> {
-        let session = self.registry.get(&req.into_inner().session_id)?;
+        let caller = caller(&req);
+        let session = self.registry.get(&caller, &req.into_inner().session_id)?;
         Ok(Response::new(session.get_info().await.into()))
     }
 
     async fn list_sessions(
         &self,
-        _req: Request<pb::ListSessionsRequest>,
+        req: Request<pb::ListSessionsRequest>,
     ) -> Reply<pb::ListSessionsResponse> {
         let sessions = self
             .registry
-            .list()
+            .list(&caller(&req))
             .await
             .into_iter()
             .map(Into::into)
@@ -72,7 +83,11 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::CloseSessionRequest>,
     ) -> Reply<pb::CloseSessionResponse> {
-        let closed = self.registry.close(&req.into_inner().session_id).await?;
+        let caller = caller(&req);
+        let closed = self
+            .registry
+            .close(&caller, &req.into_inner().session_id)
+            .await?;
         Ok(Response::new(closed.into()))
     }
 
@@ -80,14 +95,16 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::ResetSandboxRequest>,
     ) -> Reply<pb::ResetSandboxResponse> {
-        let session = self.registry.get(&req.into_inner().session_id)?;
+        let caller = caller(&req);
+        let session = self.registry.get(&caller, &req.into_inner().session_id)?;
         let reset = session.reset_sandbox().await?;
         Ok(Response::new(reset.into()))
     }
 
     async fn read_file(&self, req: Request<pb::ReadFileRequest>) -> Reply<pb::ReadFileResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.read_file(&r.path, r.offset, r.limit).await?;
         Ok(Response::new(out.into()))
     }
@@ -96,15 +113,17 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::CreateFileRequest>,
     ) -> Reply<pb::CreateFileResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.create_file(&r.path, r.content).await?;
         Ok(Response::new(out.into()))
     }
 
     async fn edit_file(&self, req: Request<pb::EditFileRequest>) -> Reply<pb::EditFileResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let edits = r.edits.into_iter().map(Into::into).collect();
         let expected = (!r.expected_sha256.is_empty()).then_some(r.expected_sha256);
         let out = session.edit_file(&r.path, edits, expected).await?;
@@ -115,22 +134,25 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::ApplyPatchRequest>,
     ) -> Reply<pb::ApplyPatchResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let files = session.apply_patch(&r.patch).await?;
         Ok(Response::new(files.into()))
     }
 
     async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Reply<pb::ListDirResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.list_dir(&r.path).await?;
         Ok(Response::new(out.into()))
     }
 
     async fn find_files(&self, req: Request<pb::FindFilesRequest>) -> Reply<pb::FindFilesResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.find(&r.pattern, &r.path, r.limit).await?;
         Ok(Response::new(out.into()))
     }
@@ -139,8 +161,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::SearchFilesRequest>,
     ) -> Reply<pb::SearchFilesResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.search(r.into()).await?;
         Ok(Response::new(out.into()))
     }
@@ -148,8 +171,9 @@ impl Sandbox for SandboxService {
     type RunCommandStream = EventStream;
 
     async fn run_command(&self, req: Request<pb::RunCommandRequest>) -> Reply<EventStream> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let events = session.run_command(r.into()).await?;
         let stream = ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e)));
         Ok(Response::new(Box::pin(stream)))
@@ -159,8 +183,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::GetSessionReportRequest>,
     ) -> Reply<pb::SessionReport> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let verify = (!r.verification_command.trim().is_empty()).then_some(r.verification_command);
         let report = session.report(&r.planned_files, verify.as_deref()).await?;
         Ok(Response::new((r.session_id, report).into()))
@@ -172,6 +197,7 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::BuildEnvironmentRequest>,
     ) -> Reply<BuildStream> {
+        Registry::admin_only(&caller(&req), "build environments")?;
         let may_build = req.extensions().get::<MayBuild>().is_some();
         let new = req
             .into_inner()
@@ -187,8 +213,9 @@ impl Sandbox for SandboxService {
 
     async fn list_environments(
         &self,
-        _req: Request<pb::ListEnvironmentsRequest>,
+        req: Request<pb::ListEnvironmentsRequest>,
     ) -> Reply<pb::ListEnvironmentsResponse> {
+        Registry::admin_only(&caller(&req), "list environments")?;
         let environments = self
             .registry
             .list_environments()
@@ -203,6 +230,7 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::DeleteEnvironmentRequest>,
     ) -> Reply<pb::DeleteEnvironmentResponse> {
+        Registry::admin_only(&caller(&req), "delete environments")?;
         let may_build = req.extensions().get::<MayBuild>().is_some();
         let name = req.into_inner().name;
         let env = self.registry.delete_environment(&name, may_build).await?;
@@ -217,8 +245,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::GetChangesRequest>,
     ) -> Reply<pb::GetChangesResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session
             .changes(&r.since_checkpoint, r.max_patch_bytes)
             .await?;
@@ -229,8 +258,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::CreateCheckpointRequest>,
     ) -> Reply<pb::CreateCheckpointResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session.create_checkpoint(r.label).await?;
         Ok(Response::new(out.into()))
     }
@@ -239,7 +269,8 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::ListCheckpointsRequest>,
     ) -> Reply<pb::ListCheckpointsResponse> {
-        let session = self.registry.get(&req.into_inner().session_id)?;
+        let caller = caller(&req);
+        let session = self.registry.get(&caller, &req.into_inner().session_id)?;
         let checkpoints = session
             .list_checkpoints()
             .await
@@ -253,8 +284,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::RestoreCheckpointRequest>,
     ) -> Reply<pb::RestoreCheckpointResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let out = session
             .restore_checkpoint(&r.checkpoint_id, r.stop_commands)
             .await?;
@@ -265,8 +297,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::DeleteCheckpointRequest>,
     ) -> Reply<pb::DeleteCheckpointResponse> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let gone = session.delete_checkpoint(&r.checkpoint_id).await?;
         let message = format!(
             "deleted checkpoint {}; {} bytes of contents only it held were freed",
@@ -282,6 +315,7 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<tonic::Streaming<pb::UploadArchiveRequest>>,
     ) -> Reply<pb::UploadArchiveResponse> {
+        let caller = caller(&req);
         let mut stream = req.into_inner();
         let header = match stream.message().await? {
             Some(pb::UploadArchiveRequest {
@@ -296,7 +330,7 @@ impl Sandbox for SandboxService {
                 .into());
             }
         };
-        let session = self.registry.get(&header.session_id)?;
+        let session = self.registry.get(&caller, &header.session_id)?;
         let turn = self.registry.upload_turn().await;
         // Two chunks in flight at most: the stream is read as fast as the
         // extraction takes it.
@@ -331,8 +365,9 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::DownloadArchiveRequest>,
     ) -> Reply<DownloadStream> {
+        let caller = caller(&req);
         let r = req.into_inner();
-        let session = self.registry.get(&r.session_id)?;
+        let session = self.registry.get(&caller, &r.session_id)?;
         let events = session
             .download_archive(r.path, r.gitignore, r.gzip, r.max_bytes)
             .await?;

@@ -43,6 +43,15 @@ pub struct Target {
     /// Session to act on, for file verbs.
     #[arg(short, long, global = true, env = "SANDBOXD_SESSION")]
     session: Option<String>,
+    /// The session's own token (printed by `session create`), sent instead
+    /// of the service's token on calls about a session.
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOXD_SESSION_TOKEN",
+        hide_env_values = true
+    )]
+    session_token: Option<String>,
 }
 
 impl Target {
@@ -326,6 +335,10 @@ pub enum SessionCommand {
         /// Print only the session id.
         #[arg(short, long)]
         quiet: bool,
+        /// Print shell lines setting SANDBOXD_SESSION and
+        /// SANDBOXD_SESSION_TOKEN (`eval "$(sandboxd session create --export)"`).
+        #[arg(long, conflicts_with = "quiet")]
+        export: bool,
         /// What the session runs and may do.
         #[command(flatten)]
         spec: SessionSpec,
@@ -349,6 +362,17 @@ pub enum SessionCommand {
         /// Session id.
         id: Option<String>,
     },
+}
+
+impl Verb {
+    /// Whether the verb's calls are about one session (and so may carry
+    /// that session's own token instead of the service's).
+    fn acts_on_session(&self) -> bool {
+        !matches!(
+            self,
+            Verb::Session(SessionCommand::Create { .. } | SessionCommand::List) | Verb::Env(_)
+        )
+    }
 }
 
 /// Runs one client verb against `target`, printing through a [`Console`]
@@ -379,6 +403,11 @@ async fn call(
     verb: Verb,
     con: &mut Stdio,
 ) -> Result<ExitCode, AnyError> {
+    // Calls about one session carry its own token when one is given.
+    let token = match (&target.session_token, verb.acts_on_session()) {
+        (Some(own), true) => Some(own.clone()),
+        _ => token,
+    };
     let mut c = connect::client(target.addr(), target.ca_cert(), token).await?;
     let session = target.session;
     let need_session = || {
@@ -412,6 +441,7 @@ async fn call(
             workspace,
             ttl,
             quiet,
+            export,
             spec,
         }) => c
             .create_session(pb::CreateSessionRequest {
@@ -424,6 +454,11 @@ async fn call(
                 let s = r.into_inner();
                 if quiet {
                     con.out(format_args!("{}\n", s.session_id));
+                } else if export {
+                    con.out(format_args!(
+                        "export SANDBOXD_SESSION={}\nexport SANDBOXD_SESSION_TOKEN={}\n",
+                        s.session_id, s.session_token
+                    ));
                 } else {
                     print::session(con, &s);
                 }

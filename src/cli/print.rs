@@ -156,6 +156,12 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
             ""
         }
     ));
+    if !s.session_token.is_empty() {
+        con.out(format_args!(
+            "token     {} (its own calls only; keep it in SANDBOXD_SESSION_TOKEN)\n",
+            s.session_token
+        ));
+    }
     con.out(format_args!("ttl       {}s idle\n", s.ttl_seconds));
     con.out(format_args!(
         "timeout   {} ms per command that gives none\n",

@@ -16,6 +16,12 @@ pub enum Error {
         /// The id as given.
         id: String,
     },
+    /// A session's token was used for a call beyond its session.
+    #[error("a session token cannot {what}")]
+    NotPermitted {
+        /// What the call would have done.
+        what: &'static str,
+    },
     /// The caller named a directory outside every allowed root.
     #[error("{path} is not under an allowed workspace root")]
     WorkspaceNotAllowed {

@@ -117,6 +117,7 @@ pub mod reason {
     pub const PATCH_CONTEXT_MISMATCH: &str = "PATCH_CONTEXT_MISMATCH";
     pub const PATCH_CONTEXT_AMBIGUOUS: &str = "PATCH_CONTEXT_AMBIGUOUS";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const NOT_PERMITTED: &str = "NOT_PERMITTED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
     pub const INVALID_POLICY: &str = "INVALID_POLICY";
     pub const MALFORMED_REQUEST: &str = "MALFORMED_REQUEST";
@@ -1053,9 +1054,20 @@ fn session_status(err: &session::Error) -> Described {
             Code::NotFound,
             reason::SESSION_NOT_FOUND,
             format!(
-                "Session {id:?} does not exist (it was closed, expired, or never created). Create a new session with CreateSession."
+                "Session {id:?} does not exist for this caller (it was closed, expired, never created, or \
+                 belongs to another session token). Nothing was run or changed. Call with the session's own \
+                 token (the one CreateSession returned), or create a new session with CreateSession."
             ),
             &[("session_id", id.clone())],
+        ),
+        S::NotPermitted { what } => status(
+            Code::PermissionDenied,
+            reason::NOT_PERMITTED,
+            format!(
+                "A session token cannot {what}: it admits calls on its own session only. Nothing was \
+                 run or changed. Make this call with the service's token."
+            ),
+            &[],
         ),
         S::WorkspaceNotAllowed { path, allowed } => {
             let roots = if allowed.is_empty() {

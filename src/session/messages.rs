@@ -103,6 +103,28 @@ pub struct Info {
     pub rules: Rules,
     /// What the caller must know about the session, in plain words.
     pub notes: Vec<String>,
+    /// The session's credential: only in the reply that created it.
+    pub session_token: Option<String>,
+}
+
+/// Who is calling, as the server authenticated them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The operator (the service's token or its build token, or a transport
+    /// only the operator can reach): every session and every call.
+    Admin,
+    /// The holder of session `0`'s token: calls on that session alone.
+    Session(String),
+}
+
+impl Caller {
+    /// Whether the caller may act on session `id`.
+    pub fn may_use(&self, id: &str) -> bool {
+        match self {
+            Caller::Admin => true,
+            Caller::Session(own) => own == id,
+        }
+    }
 }
 
 /// What resetting a session's sandbox did.

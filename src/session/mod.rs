@@ -44,7 +44,7 @@ pub use checkpoints::Restore;
 pub use config::{ArchiveConfig, Config, HistoryConfig, SandboxConfig};
 pub use error::{Error, StartError};
 pub use messages::{
-    Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
+    Caller, Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
 };
 pub use registry::Registry;
 pub use tools::Session;

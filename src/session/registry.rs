@@ -12,7 +12,9 @@ use super::builds::{BuildEvents, Builds};
 use super::config::Config;
 use super::error::{Error, StartError};
 use super::failure;
-use super::messages::{Closed, EnvironmentInfo, Info, NewEnvironment, NewSession, check_env};
+use super::messages::{
+    Caller, Closed, EnvironmentInfo, Info, NewEnvironment, NewSession, check_env,
+};
 use super::pool::Pool;
 use super::prepare::{Prepared, discard, prepare};
 use super::tools::Session;
@@ -25,6 +27,10 @@ use crate::volume::Volumes;
 use crate::workspace::history::{History, HistoryLimits};
 use crate::workspace::lock::PathLocks;
 
+/// How every session token begins (so a leaked one is recognised, e.g. by
+/// secret scanners).
+pub const SESSION_TOKEN_PREFIX: &str = "sbxs_";
+
 /// All open sessions of the service.
 #[derive(Debug)]
 pub struct Registry {
@@ -35,6 +41,8 @@ pub struct Registry {
     /// Where journals are appended, checked like the state directory.
     journal_dir: Option<Arc<StateDir>>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// The sha256 of each open session's token, to its session's id.
+    tokens: Mutex<HashMap<[u8; 32], String>>,
     /// Warm entries of the default image.
     pool: Arc<Pool>,
     /// Warm entries of each environment the operator named.
@@ -95,6 +103,7 @@ impl Registry {
             volumes,
             journal_dir,
             sessions: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
             builds: Arc::new(builds),
         })
@@ -229,6 +238,8 @@ impl Registry {
         let owns_workspace = volume.owns_workspace();
         let notes = volume.note().map(str::to_string).into_iter().collect();
         let now = SystemTime::now();
+        let token = format!("{SESSION_TOKEN_PREFIX}{}", crate::secret::random_hex());
+        let token_hash = crate::secret::sha256(token.as_bytes());
         let session = Arc::new(Session {
             id,
             workspace,
@@ -248,6 +259,7 @@ impl Registry {
             environment: req.environment,
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
+            token_hash,
         });
         // Checked again under the lock: other creates ran while we worked.
         let admitted = {
@@ -255,6 +267,7 @@ impl Registry {
             let admitted = table.len() < self.config.max_sessions;
             if admitted {
                 table.insert(session.id.clone(), Arc::clone(&session));
+                self.token_table().insert(token_hash, session.id.clone());
             }
             admitted
         };
@@ -271,7 +284,7 @@ impl Registry {
             Err(
                 e @ (sandbox::Error::ImageMissing { .. } | sandbox::Error::ImageUnusable { .. }),
             ) => {
-                let _ = self.close(&session.id).await;
+                let _ = self.close_session(&session.id).await;
                 return Err(e.into());
             }
             Err(e) => {
@@ -279,7 +292,7 @@ impl Registry {
                 session.set_sandbox_status(Some(e.to_string()));
             }
         }
-        let info = session.info().await;
+        let mut info = session.info().await;
         let summary = format!(
             "workspace {}, image {}, read_only {}",
             info.workspace_path.display(),
@@ -290,6 +303,7 @@ impl Registry {
             .journal
             .ok("CreateSession", &summary, Instant::now(), String::new());
         tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
+        info.session_token = Some(token);
         Ok(info)
     }
 
@@ -302,20 +316,48 @@ impl Registry {
             .ok()
     }
 
-    /// The session `id`, marked as used now.
-    pub fn get(&self, id: &str) -> Result<Arc<Session>, Error> {
+    fn token_table(&self) -> MutexGuard<'_, HashMap<[u8; 32], String>> {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open session whose token `token` is, if any.
+    pub fn session_of_token(&self, token: &[u8]) -> Option<String> {
+        // Looked up by hash: how long it takes tells nothing of the token.
+        self.token_table()
+            .get(&crate::secret::sha256(token))
+            .cloned()
+    }
+
+    /// The session `id`, if `caller` may use it, marked as used now. A
+    /// session the caller may not use is not found, exactly as one that
+    /// does not exist (whether it exists is not told).
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<Arc<Session>, Error> {
         let session = self
             .table()
             .get(id)
+            .filter(|_| caller.may_use(id))
             .cloned()
             .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
         session.touch();
         Ok(session)
     }
 
-    /// Snapshots of all sessions, oldest first.
-    pub async fn list(&self) -> Vec<Info> {
-        let sessions: Vec<Arc<Session>> = self.table().values().cloned().collect();
+    /// Refuses a call that is not about one session to a session's token.
+    pub fn admin_only(caller: &Caller, what: &'static str) -> Result<(), Error> {
+        match caller {
+            Caller::Admin => Ok(()),
+            Caller::Session(_) => Err(Error::NotPermitted { what }),
+        }
+    }
+
+    /// Snapshots of the sessions `caller` may use, oldest first.
+    pub async fn list(&self, caller: &Caller) -> Vec<Info> {
+        let sessions: Vec<Arc<Session>> = self
+            .table()
+            .values()
+            .filter(|s| caller.may_use(&s.id))
+            .cloned()
+            .collect();
         let mut all = Vec::with_capacity(sessions.len());
         for s in sessions {
             all.push(s.info().await);
@@ -324,13 +366,21 @@ impl Registry {
         all
     }
 
-    /// Closes `id`: removes its container, and its workspace if the
-    /// session owns it.
-    pub async fn close(&self, id: &str) -> Result<Closed, Error> {
+    /// Closes `id` for `caller`: removes its container, and its workspace
+    /// if the session owns it.
+    pub async fn close(&self, caller: &Caller, id: &str) -> Result<Closed, Error> {
+        if !caller.may_use(id) {
+            return Err(Error::NotFound { id: id.to_string() });
+        }
+        self.close_session(id).await
+    }
+
+    async fn close_session(&self, id: &str) -> Result<Closed, Error> {
         let session = self
             .table()
             .remove(id)
             .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
+        self.token_table().remove(&session.token_hash);
         if let Err(e) = session.sandbox.close().await {
             tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
         }
@@ -406,7 +456,7 @@ impl Registry {
             .collect();
         let mut closed = Vec::new();
         for id in expired {
-            if self.close(&id).await.is_ok() {
+            if self.close_session(&id).await.is_ok() {
                 tracing::info!(session = %id, "session expired");
                 closed.push(id);
             }
@@ -539,7 +589,7 @@ impl Registry {
         }
         let ids: Vec<String> = self.table().keys().cloned().collect();
         for id in ids {
-            let _ = self.close(&id).await;
+            let _ = self.close_session(&id).await;
         }
     }
 }

@@ -56,6 +56,8 @@ pub struct Session {
     pub(super) environment: Option<String>,
     pub(super) created: SystemTime,
     pub(super) last_used: Mutex<(Instant, SystemTime)>,
+    /// The sha256 of the session's token (the token itself is never kept).
+    pub(super) token_hash: [u8; 32],
 }
 
 fn plural_edits(n: usize) -> String {
@@ -89,6 +91,7 @@ impl Session {
                 .clone(),
             rules: self.policy.rules().clone(),
             notes: self.notes.clone(),
+            session_token: None,
         }
     }
 

@@ -26,6 +26,7 @@ mod lifecycle;
 mod long_suites;
 mod policy;
 mod report;
+mod session_tokens;
 mod sessions;
 mod ttl_ceiling;
 mod walk;

@@ -78,6 +78,7 @@ def session(m: Any) -> t.SessionInfo:
         default_timeout=_secs(m.default_timeout_ms),
         sandbox_status=m.sandbox_status,
         notes=tuple(m.notes),
+        session_token=m.session_token,
     )
 
 

@@ -94,6 +94,11 @@ def _system_roots() -> Optional[bytes]:
     return None  # grpc's own bundled roots
 
 
+def _bearer(token: Optional[str]) -> Optional[list[tuple[str, str]]]:
+    """Call metadata carrying ``token`` as the bearer; None without one."""
+    return [("authorization", f"Bearer {token}")] if token else None
+
+
 class _CallDetails(grpc.ClientCallDetails):
     def __init__(self, base: grpc.ClientCallDetails, metadata: Any) -> None:
         self.method = base.method
@@ -110,14 +115,17 @@ class _BearerToken(
     grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg,unused-ignore]
     grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg,unused-ignore]
 ):
-    """Adds ``authorization: Bearer <token>`` to every call."""
+    """Adds ``authorization: Bearer <token>`` to every call that carries no
+    credentials of its own (a session's calls carry its token)."""
 
     def __init__(self, token: str) -> None:
         self._header = ("authorization", f"Bearer {token}")
 
     def _details(self, d: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        metadata: list[Any] = [*(d.metadata or ()), self._header]
-        return _CallDetails(d, metadata)
+        given = list(d.metadata or ())
+        if any(key == "authorization" for key, _ in given):
+            return d
+        return _CallDetails(d, [*given, self._header])
 
     def intercept_unary_unary(self, continuation: Any, d: Any, request: Any) -> Any:
         return continuation(self._details(d), request)
@@ -204,9 +212,15 @@ class Client:
         """Closes the channel; running calls are cancelled."""
         self._channel.close()
 
-    def _call(self, method: Callable[..., Any], request: Any, timeout: Optional[float] = _DEFAULT) -> Any:
+    def _call(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        timeout: Optional[float] = _DEFAULT,
+        metadata: Optional[Sequence[tuple[str, str]]] = None,
+    ) -> Any:
         try:
-            return method(request, timeout=self._timeout if timeout is _DEFAULT else timeout)
+            return method(request, timeout=self._timeout if timeout is _DEFAULT else timeout, metadata=metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -270,14 +284,22 @@ class Client:
         info = conv.session(self._call(self.stub.CreateSession, req))
         return Session(self, info, close_on_exit=True)
 
-    def attach(self, session_id: str, *, close_on_exit: bool = False) -> "Session":
-        """An existing session (SessionNotFound if none); not closed on exit unless asked."""
-        info = self.session_info(session_id)
-        return Session(self, info, close_on_exit=close_on_exit)
+    def attach(self, session_id: str, *, token: Optional[str] = None, close_on_exit: bool = False) -> "Session":
+        """An existing session (SessionNotFound if none, or if it is not this
+        caller's); not closed on exit unless asked. ``token``: the session's
+        own token (default ``SANDBOXD_SESSION_TOKEN``, when ``SANDBOXD_SESSION``
+        names this session or is unset), sent on its calls instead of the
+        client's token; without one the client's is sent."""
+        if token is None and os.environ.get("SANDBOXD_SESSION", session_id) == session_id:
+            token = os.environ.get("SANDBOXD_SESSION_TOKEN")
+        token = (token or "").strip() or None
+        info = self.session_info(session_id, token=token)
+        return Session(self, info, close_on_exit=close_on_exit, token=token)
 
-    def session_info(self, session_id: str) -> t.SessionInfo:
-        """The service's description of a session."""
-        return conv.session(self._call(self.stub.GetSession, pb.GetSessionRequest(session_id=session_id)))
+    def session_info(self, session_id: str, *, token: Optional[str] = None) -> t.SessionInfo:
+        """The service's description of a session (``token``: the session's own)."""
+        req = pb.GetSessionRequest(session_id=session_id)
+        return conv.session(self._call(self.stub.GetSession, req, metadata=_bearer(token)))
 
     def sessions(self) -> list[t.SessionInfo]:
         """Every open session."""
@@ -325,9 +347,11 @@ class Client:
         resp = self._call(self.stub.DeleteEnvironment, pb.DeleteEnvironmentRequest(name=name))
         return conv.environment(resp.environment)
 
-    def _stream_call(self, method: Callable[..., Any], request: Any) -> Any:
+    def _stream_call(
+        self, method: Callable[..., Any], request: Any, metadata: Optional[Sequence[tuple[str, str]]] = None
+    ) -> Any:
         try:
-            return method(request)
+            return method(request, metadata=metadata)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
@@ -496,9 +520,15 @@ class Session:
     closed on exit when it was created here (or ``close_on_exit`` was asked).
     """
 
-    def __init__(self, client: Client, info: t.SessionInfo, *, close_on_exit: bool) -> None:
+    def __init__(
+        self, client: Client, info: t.SessionInfo, *, close_on_exit: bool, token: Optional[str] = None
+    ) -> None:
         self._client = client
         self._stub = client.stub
+        #: The session's own token (from CreateSession, or given to attach):
+        #: sent on the session's calls, it admits them for this session alone.
+        self.token: Optional[str] = info.session_token or token
+        self._metadata = _bearer(self.token)
         #: The session as last described by the service (see :meth:`refresh`).
         self.info = info
         self.id: str = info.id
@@ -524,7 +554,7 @@ class Session:
                 raise
 
     def _call(self, method: Callable[..., Any], request: Any) -> Any:
-        return self._client._call(method, request)
+        return self._client._call(method, request, metadata=self._metadata)
 
     def close(self) -> t.CloseResult:
         """Closes the session (a workspace the service made is removed). Idempotent."""
@@ -535,7 +565,7 @@ class Session:
 
     def refresh(self) -> t.SessionInfo:
         """Asks the service for the session's state (also stored in ``.info``)."""
-        self.info = self._client.session_info(self.id)
+        self.info = self._client.session_info(self.id, token=self.token)
         return self.info
 
     def reset(self) -> t.ResetResult:
@@ -642,7 +672,7 @@ class Session:
             stdout_cap=stdout_cap or 0,
             stderr_cap=stderr_cap or 0,
         )
-        return CommandStream(self._client._stream_call(self._stub.RunCommand, req), text)
+        return CommandStream(self._client._stream_call(self._stub.RunCommand, req, self._metadata), text)
 
     def run(
         self,
@@ -745,7 +775,7 @@ class Session:
 
         def send(f: IO[bytes]) -> t.UploadResult:
             try:
-                resp = self._stub.UploadArchive(chunks(f))
+                resp = self._stub.UploadArchive(chunks(f), metadata=self._metadata)
             except grpc.RpcError as e:
                 raise from_rpc_error(e) from None
             return conv.upload(resp)
@@ -792,7 +822,7 @@ class Session:
             own = open(os.fspath(to), "wb")
             write = own.write
             parts = []
-        stream = _EventStream(self._client._stream_call(self._stub.DownloadArchive, req))
+        stream = _EventStream(self._client._stream_call(self._stub.DownloadArchive, req, self._metadata))
         try:
             while True:
                 msg = stream._next_message()

@@ -290,6 +290,10 @@ class Unauthenticated(AuthRefused, reason="UNAUTHENTICATED"):
     """The call carried no valid bearer token."""
 
 
+class NotPermitted(AuthRefused, reason="NOT_PERMITTED"):
+    """A session's token was used for a call beyond its session."""
+
+
 # --- service faults -----------------------------------------------------------
 
 

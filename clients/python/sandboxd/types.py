@@ -122,6 +122,8 @@ class SessionInfo:
     default_timeout: float  #: seconds, for commands that give none
     sandbox_status: str  #: empty when commands can run; else why not
     notes: tuple[str, ...]
+    #: The session's own token: only in what creating it returned, else empty.
+    session_token: str = ""
 
 
 @dataclass(frozen=True)

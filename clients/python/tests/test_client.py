@@ -447,6 +447,49 @@ def test_auth(service: Service, no_env_token: None) -> None:
         assert isinstance(right.sessions(), list)
 
 
+def test_session_tokens(service: Service, no_env_token: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    with service.client() as admin, admin.session() as a, admin.session() as b:
+        assert a.token and a.token.startswith("sbxs_") and a.token != b.token
+        a.create("mine.txt", "a's\n")
+        b.create("theirs.txt", "b's\n")
+        # Only CreateSession's reply carries the token.
+        assert a.info.session_token == a.token and admin.session_info(a.id).session_token == ""
+        with sandboxd.connect(service.addr, token=a.token) as holder:
+            # Its own session: found, read, run; another's: not found, unchanged.
+            own = holder.attach(a.id)
+            assert own.read("mine.txt").content == "a's\n"
+            assert own.run("cat mine.txt").stdout.text == "a's\n"
+            refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", lambda: holder.attach(b.id))
+            theirs = sandboxd.Session(holder, a.info, close_on_exit=False)
+            theirs.id = b.id
+            refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", lambda: theirs.read("theirs.txt"))
+            refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", lambda: theirs.run("rm theirs.txt"))
+            refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", theirs.close)
+            assert host_bytes(b, "theirs.txt") == b"b's\n"
+            assert [s.id for s in holder.sessions()] == [a.id]
+            e = refused(sandboxd.NotPermitted, "NOT_PERMITTED", lambda: holder.session())
+            assert isinstance(e, sandboxd.AuthRefused)
+            refused(sandboxd.NotPermitted, "NOT_PERMITTED", holder.environments)
+        # A session's calls carry its own token, whatever the client's.
+        with sandboxd.connect(service.addr, token="not-the-token") as stranger:
+            refused(sandboxd.Unauthenticated, "UNAUTHENTICATED", stranger.sessions)
+            assert stranger.attach(a.id, token=a.token).read("mine.txt").content == "a's\n"
+            monkeypatch.setenv("SANDBOXD_SESSION_TOKEN", a.token)
+            assert stranger.attach(a.id).read("mine.txt").content == "a's\n"
+            # Taken from the environment for the session SANDBOXD_SESSION names only.
+            monkeypatch.setenv("SANDBOXD_SESSION", b.id)
+            refused(sandboxd.Unauthenticated, "UNAUTHENTICATED", lambda: stranger.attach(a.id))
+            monkeypatch.setenv("SANDBOXD_SESSION", a.id)
+            assert stranger.attach(a.id).read("mine.txt").content == "a's\n"
+        # The operator's token reaches both.
+        monkeypatch.delenv("SANDBOXD_SESSION_TOKEN")
+        assert {s.id for s in admin.sessions()} >= {a.id, b.id}
+        assert admin.attach(b.id).read("theirs.txt").content == "b's\n"
+    # A closed session's token admits nothing.
+    with sandboxd.connect(service.addr, token=a.token) as late:
+        refused(sandboxd.Unauthenticated, "UNAUTHENTICATED", late.sessions)
+
+
 def test_token_and_addr_from_the_environment(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOXD_ADDR", f"http://{service.addr}")
     monkeypatch.setenv("SANDBOXD_TOKEN", service.token)

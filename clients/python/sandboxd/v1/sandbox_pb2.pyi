@@ -111,7 +111,7 @@ class CreateSessionRequest(_message.Message):
     def __init__(self, image: _Optional[str] = ..., workspace_path: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., ttl_seconds: _Optional[int] = ..., read_only: _Optional[bool] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "workspace_path", "owns_workspace", "ttl_seconds", "created_at", "last_used_at", "image", "container_id", "limits", "sandbox_status", "policy", "default_timeout_ms", "environment", "notes")
+    __slots__ = ("session_id", "workspace_path", "owns_workspace", "ttl_seconds", "created_at", "last_used_at", "image", "container_id", "limits", "sandbox_status", "policy", "default_timeout_ms", "environment", "notes", "session_token")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_PATH_FIELD_NUMBER: _ClassVar[int]
     OWNS_WORKSPACE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class Session(_message.Message):
     DEFAULT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     workspace_path: str
     owns_workspace: bool
@@ -140,7 +141,8 @@ class Session(_message.Message):
     default_timeout_ms: int
     environment: str
     notes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, session_id: _Optional[str] = ..., workspace_path: _Optional[str] = ..., owns_workspace: _Optional[bool] = ..., ttl_seconds: _Optional[int] = ..., created_at: _Optional[int] = ..., last_used_at: _Optional[int] = ..., image: _Optional[str] = ..., container_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., sandbox_status: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+    session_token: str
+    def __init__(self, session_id: _Optional[str] = ..., workspace_path: _Optional[str] = ..., owns_workspace: _Optional[bool] = ..., ttl_seconds: _Optional[int] = ..., created_at: _Optional[int] = ..., last_used_at: _Optional[int] = ..., image: _Optional[str] = ..., container_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., sandbox_status: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., session_token: _Optional[str] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
