@@ -454,6 +454,7 @@ impl From<(String, Report)> for pb::SessionReport {
                     oom_killed: c.oom_killed,
                     cancelled: c.cancelled,
                     duration_ms: c.duration_ms,
+                    interrupted: c.interrupted,
                 })
                 .collect(),
             denied: r
@@ -498,6 +499,7 @@ impl From<(String, Report)> for pb::SessionReport {
                 })
                 .collect(),
             journal_dropped: r.dropped,
+            journal_file_lines_dropped: r.file_lines_dropped,
             checkpoints: r.checkpoints.into_iter().map(Into::into).collect(),
         }
     }

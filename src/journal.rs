@@ -10,15 +10,22 @@
 //! after the last write" means started after that write was on disk.
 //!
 //! With a journal directory, each entry is also appended as one JSON line to
-//! `<dir>/<session id>.jsonl` as it happens, for external audit.
+//! `<dir>/<session id>.jsonl` as it happens: for external audit, and so
+//! that a service that restarts after a crash finds the journal again
+//! ([`Journal::recover`]). A command's start is a line of its own, so a
+//! command the crash cut short is reported as interrupted. The files are
+//! bounded: past half the ceiling the file is rotated to
+//! `<session id>.jsonl.1` (the one before it is dropped), and what was
+//! dropped is counted, written at the head of the new file and reported.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sandbox::{ExitReport, KilledBy};
 use crate::state::StateDir;
@@ -32,15 +39,28 @@ const MAX_SUMMARY_CHARS: usize = 240;
 /// Characters of a command line kept in its record.
 const MAX_COMMAND_CHARS: usize = 1024;
 
+/// Default ceiling of one session's journal files together.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Where journal files go, and how large they may grow.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// The directory (checked like the state directory).
+    pub dir: Arc<StateDir>,
+    /// Ceiling of one session's files together (the current one and the
+    /// one before it); at least 64 KiB.
+    pub max_bytes: u64,
+}
+
 /// One call.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Entry {
     /// Order within the session.
     pub seq: u64,
     /// Wall time of the outcome, milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// The RPC.
-    pub tool: &'static str,
+    pub tool: Cow<'static, str>,
     /// Its arguments in brief.
     pub summary: String,
     /// What came of it.
@@ -50,7 +70,7 @@ pub struct Entry {
 }
 
 /// What came of a call.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
     /// It succeeded.
@@ -61,19 +81,19 @@ pub enum Outcome {
     /// It was refused or failed; nothing was changed.
     Refused {
         /// The stable reason the caller got.
-        reason: &'static str,
+        reason: Cow<'static, str>,
         /// The message the caller got.
         message: String,
     },
 }
 
 /// A file the file tools wrote.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileWrite {
     /// Order within the session.
     pub seq: u64,
     /// CreateFile or EditFile.
-    pub tool: &'static str,
+    pub tool: Cow<'static, str>,
     /// Workspace-relative path written (symlinks resolved).
     pub path: String,
     /// Hex sha256 before; `None` for a file that did not exist.
@@ -83,7 +103,7 @@ pub struct FileWrite {
 }
 
 /// A command that ran to a result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CommandRecord {
     /// Order within the session (taken when it started).
     pub seq: u64,
@@ -103,6 +123,10 @@ pub struct CommandRecord {
     pub cancelled: bool,
     /// Wall time.
     pub duration_ms: u64,
+    /// The service stopped (crashed, was killed) while it ran: its result
+    /// is unknown, and its container was not kept.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 /// A refused or failed call.
@@ -111,11 +135,11 @@ pub struct Refused {
     /// Order within the session.
     pub seq: u64,
     /// The RPC.
-    pub tool: &'static str,
+    pub tool: Cow<'static, str>,
     /// Its arguments in brief.
     pub summary: String,
     /// The stable reason the caller got.
-    pub reason: &'static str,
+    pub reason: Cow<'static, str>,
     /// The message the caller got.
     pub message: String,
 }
@@ -154,6 +178,8 @@ pub struct Report {
     pub entries: Vec<Entry>,
     /// Entries dropped past [`MAX_KEPT`].
     pub dropped: u64,
+    /// Lines dropped from the journal files by rotation (their ceiling).
+    pub file_lines_dropped: u64,
     /// Successful writes only, oldest first.
     pub files_written: Vec<FileWrite>,
     /// Commands that ran to a result.
@@ -173,6 +199,8 @@ pub struct Report {
 #[derive(Debug, Default)]
 struct State {
     next_seq: u64,
+    /// Commands started and not yet ended: (command, cwd, wall time).
+    running: BTreeMap<u64, (String, String, u64)>,
     entries: VecDeque<Entry>,
     dropped: u64,
     writes: VecDeque<FileWrite>,
@@ -187,10 +215,25 @@ struct State {
 pub struct Journal {
     session: String,
     state: Mutex<State>,
-    sink: Option<Mutex<File>>,
+    sink: Option<Mutex<Sink>>,
 }
 
-/// One JSON line of the external journal.
+/// The file a journal appends to, and its rotation.
+#[derive(Debug)]
+struct Sink {
+    files: Files,
+    file: File,
+    /// Bytes and lines in the current file.
+    bytes: u64,
+    lines: u64,
+    /// Lines in the file before it (`.1`).
+    previous_lines: u64,
+    /// Lines and bytes dropped by rotation so far.
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+/// One JSON line of a call.
 #[derive(Serialize)]
 struct Line<'a> {
     session_id: &'a str,
@@ -200,6 +243,103 @@ struct Line<'a> {
     write: Option<&'a FileWrite>,
     #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<&'a CommandRecord>,
+    /// The call changed the workspace as a whole (a restore).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    changed_tree: bool,
+}
+
+/// A line as read back.
+#[derive(Deserialize)]
+struct ReadLine {
+    #[serde(flatten)]
+    entry: Entry,
+    write: Option<FileWrite>,
+    command: Option<CommandRecord>,
+    #[serde(default)]
+    changed_tree: bool,
+}
+
+/// The line of a command's start.
+#[derive(Serialize, Deserialize)]
+struct StartedLine {
+    seq: u64,
+    at_ms: u64,
+    command: String,
+    cwd: String,
+}
+
+/// The line at the head of a rotated-to file.
+#[derive(Serialize, Deserialize)]
+struct RotatedLine {
+    dropped_lines: u64,
+    dropped_bytes: u64,
+}
+
+/// What recovering a journal found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Entries read back.
+    pub entries: u64,
+    /// Commands that were running when the service stopped.
+    pub interrupted: u64,
+    /// Lines that could not be read (a line cut short by the crash).
+    pub unreadable: u64,
+}
+
+fn file_name(session: &str) -> String {
+    format!("{session}.jsonl")
+}
+
+fn previous_name(session: &str) -> String {
+    format!("{session}.jsonl.1")
+}
+
+impl Sink {
+    /// Appends one line (with its newline), rotating first if it would
+    /// take the current file past half the ceiling.
+    fn append(&mut self, session: &str, line: &[u8]) -> io::Result<()> {
+        let half = self.files.max_bytes.max(64 << 10) / 2;
+        if self.bytes > 0 && self.bytes + line.len() as u64 > half {
+            self.rotate(session)?;
+        }
+        // One write per line, append mode: lines never interleave.
+        self.file.write_all(line)?;
+        self.bytes += line.len() as u64;
+        self.lines += 1;
+        Ok(())
+    }
+
+    fn rotate(&mut self, session: &str) -> io::Result<()> {
+        let dir = &self.files.dir;
+        let previous = previous_name(session);
+        let dropped_bytes = dir
+            .read(&previous)
+            .ok()
+            .flatten()
+            .map_or(0, |b| b.len() as u64);
+        dir.rename(&file_name(session), &previous)?;
+        self.dropped_lines += self.previous_lines;
+        self.dropped_bytes += dropped_bytes;
+        self.previous_lines = self.lines;
+        self.file = dir.create_private(&file_name(session))?;
+        self.bytes = 0;
+        self.lines = 0;
+        let head = RotatedLine {
+            dropped_lines: self.dropped_lines,
+            dropped_bytes: self.dropped_bytes,
+        };
+        let mut bytes = serde_json::to_vec(&serde_json::json!({
+            "session_id": session,
+            "rotated": head,
+        }))
+        .map_err(io::Error::other)?;
+        bytes.push(b'\n');
+        self.file.write_all(&bytes)?;
+        // Lines count what the journal holds: the head is not one of them.
+        self.bytes = bytes.len() as u64;
+        self.lines = 0;
+        Ok(())
+    }
 }
 
 fn push_capped<T>(list: &mut VecDeque<T>, item: T) -> bool {
@@ -225,13 +365,21 @@ fn now_ms() -> u64 {
 }
 
 impl Journal {
-    /// A journal for `session`; with `dir`, entries are also appended to
+    /// A journal for `session`; with `files`, entries are also appended to
     /// `<dir>/<session>.jsonl`.
-    pub fn new(session: &str, dir: Option<&StateDir>) -> io::Result<Journal> {
-        let sink = match dir {
+    pub fn new(session: &str, files: Option<&Files>) -> io::Result<Journal> {
+        let sink = match files {
             // A new file, 0600, created through the directory's fd: a name
             // planted in advance (or a link) is refused, never appended to.
-            Some(dir) => Some(Mutex::new(dir.create_private(&format!("{session}.jsonl"))?)),
+            Some(files) => Some(Mutex::new(Sink {
+                file: files.dir.create_private(&file_name(session))?,
+                files: files.clone(),
+                bytes: 0,
+                lines: 0,
+                previous_lines: 0,
+                dropped_lines: 0,
+                dropped_bytes: 0,
+            })),
             None => None,
         };
         Ok(Journal {
@@ -239,6 +387,101 @@ impl Journal {
             state: Mutex::new(State::default()),
             sink,
         })
+    }
+
+    /// The journal of `session` as its files hold it (after the service
+    /// stopped, however it stopped), appended to from here on. A command
+    /// that had started and not ended is recorded as interrupted.
+    pub fn recover(session: &str, files: &Files) -> io::Result<(Journal, Recovered)> {
+        let dir = &files.dir;
+        let previous = dir.read(&previous_name(session))?.unwrap_or_default();
+        let current = dir.read(&file_name(session))?.unwrap_or_default();
+        let mut found = Recovered::default();
+        let mut st = State::default();
+        let (mut dropped_lines, mut dropped_bytes) = (0, 0);
+        let count = |bytes: &[u8]| {
+            bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .filter(|l| {
+                    serde_json::from_slice::<serde_json::Value>(l)
+                        .map_or(true, |v| v.get("rotated").is_none())
+                })
+                .count()
+        };
+        let (previous_lines, lines) = (count(&previous) as u64, count(&current) as u64);
+        for line in previous
+            .split(|&b| b == b'\n')
+            .chain(current.split(|&b| b == b'\n'))
+        {
+            if line.is_empty() {
+                continue;
+            }
+            let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+                found.unreadable += 1;
+                continue;
+            };
+            if let Some(head) = value.get("rotated") {
+                if let Ok(head) = serde_json::from_value::<RotatedLine>(head.clone()) {
+                    (dropped_lines, dropped_bytes) = (head.dropped_lines, head.dropped_bytes);
+                }
+                continue;
+            }
+            if let Some(started) = value.get("started") {
+                match serde_json::from_value::<StartedLine>(started.clone()) {
+                    Ok(s) => {
+                        st.next_seq = st.next_seq.max(s.seq);
+                        st.running.insert(s.seq, (s.command, s.cwd, s.at_ms));
+                    }
+                    Err(_) => found.unreadable += 1,
+                }
+                continue;
+            }
+            match serde_json::from_value::<ReadLine>(value) {
+                Ok(read) => {
+                    found.entries += 1;
+                    st.replay(read);
+                }
+                Err(_) => found.unreadable += 1,
+            }
+        }
+        let mut file = dir.open_append(&file_name(session))?;
+        let mut bytes = current.len() as u64;
+        // A line the crash cut short is ended, so the next one stands alone.
+        if current.last().is_some_and(|&b| b != b'\n') {
+            file.write_all(b"\n")?;
+            bytes += 1;
+        }
+        let sink = Sink {
+            file,
+            files: files.clone(),
+            bytes,
+            lines,
+            previous_lines,
+            dropped_lines,
+            dropped_bytes,
+        };
+        let interrupted = std::mem::take(&mut st.running);
+        let journal = Journal {
+            session: session.to_string(),
+            state: Mutex::new(st),
+            sink: Some(Mutex::new(sink)),
+        };
+        for (seq, (command, cwd, at_ms)) in interrupted {
+            found.interrupted += 1;
+            journal.interrupted(seq, &command, &cwd, at_ms);
+        }
+        Ok((journal, found))
+    }
+
+    /// Removes the files of `session` (when its session closes and the
+    /// files were only kept for a restart).
+    pub fn remove_files(session: &str, files: &Files) {
+        for name in [file_name(session), previous_name(session)] {
+            if let Err(e) = files.dir.remove_file(&name) {
+                tracing::warn!(session, error = %e, "cannot remove a journal file");
+            }
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -262,7 +505,7 @@ impl Journal {
         Entry {
             seq,
             at_ms: now_ms(),
-            tool,
+            tool: Cow::Borrowed(tool),
             summary: cut(summary, MAX_SUMMARY_CHARS),
             outcome,
             duration_ms: started.elapsed().as_millis() as u64,
@@ -292,21 +535,11 @@ impl Journal {
             summary,
             started,
             Outcome::Refused {
-                reason,
-                message: message.clone(),
+                reason: Cow::Borrowed(reason),
+                message,
             },
         );
-        {
-            let mut st = self.state();
-            let refusal = Refused {
-                seq,
-                tool,
-                summary: entry.summary.clone(),
-                reason,
-                message,
-            };
-            push_capped(&mut st.refused, refusal);
-        }
+        self.state().push_refused(&entry);
         self.append(entry, None, None);
     }
 
@@ -322,7 +555,7 @@ impl Journal {
         let seq = self.next_seq();
         let entry = Self::entry(seq, tool, summary, started, Outcome::Ok { detail });
         self.state().last_write = Some(seq);
-        self.append(entry, None, None);
+        self.append_line(entry, None, None, true);
     }
 
     /// Records a write that landed.
@@ -340,18 +573,62 @@ impl Journal {
         let entry = Self::entry(seq, tool, summary, started, Outcome::Ok { detail });
         let write = FileWrite {
             seq,
-            tool,
+            tool: Cow::Borrowed(tool),
             path,
             sha256_before,
             sha256_after,
         };
-        {
-            let mut st = self.state();
-            st.touched.insert(write.path.clone());
-            st.last_write = Some(seq);
-            push_capped(&mut st.writes, write.clone());
-        }
+        self.state().push_write(write.clone());
         self.append(entry, Some(&write), None);
+    }
+
+    /// Records that the command `seq` started (a line of its own, so that
+    /// a service that stops before it ends reports it as interrupted).
+    pub fn command_started(&self, seq: u64, command: &str, cwd: &str) {
+        let started = StartedLine {
+            seq,
+            at_ms: now_ms(),
+            command: cut(command, MAX_COMMAND_CHARS),
+            cwd: cwd.to_string(),
+        };
+        self.state().running.insert(
+            seq,
+            (started.command.clone(), started.cwd.clone(), started.at_ms),
+        );
+        self.write_line(&serde_json::json!({
+            "session_id": self.session,
+            "started": started,
+        }));
+    }
+
+    /// Records that the command `seq`, started at `at_ms`, was cut short
+    /// by the service stopping.
+    fn interrupted(&self, seq: u64, command: &str, cwd: &str, at_ms: u64) {
+        let record = CommandRecord {
+            seq,
+            command: command.to_string(),
+            cwd: cwd.to_string(),
+            exit_code: -1,
+            timed_out: false,
+            killed_by: KilledBy::None,
+            oom_killed: false,
+            cancelled: false,
+            duration_ms: now_ms().saturating_sub(at_ms),
+            interrupted: true,
+        };
+        let entry = Entry {
+            seq,
+            at_ms: now_ms(),
+            tool: Cow::Borrowed("RunCommand"),
+            summary: cut(command, MAX_SUMMARY_CHARS),
+            outcome: Outcome::Ok {
+                detail: "interrupted: the service stopped while it ran; its result is unknown"
+                    .into(),
+            },
+            duration_ms: record.duration_ms,
+        };
+        push_capped(&mut self.state().commands, record.clone());
+        self.append(entry, None, Some(&record));
     }
 
     /// Records a command's result; `seq` was taken when it started.
@@ -373,6 +650,7 @@ impl Journal {
             oom_killed: report.oom_killed,
             cancelled: report.cancelled,
             duration_ms: report.duration.as_millis() as u64,
+            interrupted: false,
         };
         let mut detail = format!("exit {}", report.exit_code);
         if report.timed_out {
@@ -385,43 +663,62 @@ impl Journal {
             detail.push_str(", cancelled");
         }
         let entry = Self::entry(seq, "RunCommand", command, started, Outcome::Ok { detail });
-        push_capped(&mut self.state().commands, record.clone());
+        {
+            let mut st = self.state();
+            st.running.remove(&seq);
+            push_capped(&mut st.commands, record.clone());
+        }
         self.append(entry, None, Some(&record));
     }
 
     fn append(&self, entry: Entry, write: Option<&FileWrite>, command: Option<&CommandRecord>) {
-        if let Some(sink) = &self.sink {
-            let line = Line {
+        self.append_line(entry, write, command, false);
+    }
+
+    fn append_line(
+        &self,
+        entry: Entry,
+        write: Option<&FileWrite>,
+        command: Option<&CommandRecord>,
+        changed_tree: bool,
+    ) {
+        if self.sink.is_some() {
+            self.write_line(&Line {
                 session_id: &self.session,
                 entry: &entry,
                 write,
                 command,
-            };
-            match serde_json::to_vec(&line) {
-                Ok(mut bytes) => {
-                    bytes.push(b'\n');
-                    // One write per line, append mode: lines never interleave.
-                    let mut file = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = file.write_all(&bytes) {
-                        tracing::warn!(session = %self.session, error = %e, "cannot append to the journal file");
-                    }
+                changed_tree,
+            });
+        }
+        self.state().push_entry(entry);
+    }
+
+    fn write_line(&self, line: &impl Serialize) {
+        let Some(sink) = &self.sink else { return };
+        match serde_json::to_vec(line) {
+            Ok(mut bytes) => {
+                bytes.push(b'\n');
+                let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(e) = sink.append(&self.session, &bytes) {
+                    tracing::warn!(session = %self.session, error = %e, "cannot append to the journal file");
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot encode a journal line"),
             }
+            Err(e) => tracing::warn!(error = %e, "cannot encode a journal line"),
         }
-        let mut st = self.state();
-        // Commands take their number at start and land later: keep order.
-        let at = st.entries.partition_point(|e| e.seq < entry.seq);
-        st.entries.insert(at, entry);
-        if st.entries.len() > MAX_KEPT {
-            st.entries.pop_front();
-            st.dropped += 1;
-        }
+    }
+
+    /// Lines the file's rotation dropped so far.
+    fn file_lines_dropped(&self) -> u64 {
+        self.sink.as_ref().map_or(0, |s| {
+            s.lock().unwrap_or_else(|e| e.into_inner()).dropped_lines
+        })
     }
 
     /// The journal, reconciled against `planned` files (workspace-relative,
     /// normalised; `None`: no plan) and a `verify` command.
     pub fn report(&self, planned: Option<&[String]>, verify: Option<&str>) -> Report {
+        let file_lines_dropped = self.file_lines_dropped();
         let st = self.state();
         let plan = planned.map(|planned| {
             let planned: BTreeSet<&String> = planned.iter().collect();
@@ -452,7 +749,7 @@ impl Journal {
             let matching = || {
                 st.commands
                     .iter()
-                    .filter(|c| !c.cancelled && collapse(&c.command) == wanted)
+                    .filter(|c| !c.cancelled && !c.interrupted && collapse(&c.command) == wanted)
             };
             let after = st.last_write.unwrap_or(0);
             let last_after = matching().rfind(|c| c.seq > after);
@@ -467,6 +764,7 @@ impl Journal {
         Report {
             entries: st.entries.iter().cloned().collect(),
             dropped: st.dropped,
+            file_lines_dropped,
             files_written: st.writes.iter().cloned().collect(),
             commands: st.commands.iter().cloned().collect(),
             refused: st.refused.iter().cloned().collect(),
@@ -475,6 +773,55 @@ impl Journal {
             verification,
             checkpoints: Vec::new(),
         }
+    }
+}
+
+impl State {
+    fn push_entry(&mut self, entry: Entry) {
+        // Commands take their number at start and land later: keep order.
+        let at = self.entries.partition_point(|e| e.seq < entry.seq);
+        self.entries.insert(at, entry);
+        if self.entries.len() > MAX_KEPT {
+            self.entries.pop_front();
+            self.dropped += 1;
+        }
+    }
+
+    fn push_refused(&mut self, entry: &Entry) {
+        if let Outcome::Refused { reason, message } = &entry.outcome {
+            let refusal = Refused {
+                seq: entry.seq,
+                tool: entry.tool.clone(),
+                summary: entry.summary.clone(),
+                reason: reason.clone(),
+                message: message.clone(),
+            };
+            push_capped(&mut self.refused, refusal);
+        }
+    }
+
+    fn push_write(&mut self, write: FileWrite) {
+        self.touched.insert(write.path.clone());
+        self.last_write = Some(self.last_write.map_or(write.seq, |l| l.max(write.seq)));
+        push_capped(&mut self.writes, write);
+    }
+
+    /// A line read back from the files, as it was when written.
+    fn replay(&mut self, line: ReadLine) {
+        let seq = line.entry.seq;
+        self.next_seq = self.next_seq.max(seq);
+        self.push_refused(&line.entry);
+        if let Some(write) = line.write {
+            self.push_write(write);
+        }
+        if line.changed_tree {
+            self.last_write = Some(self.last_write.map_or(seq, |l| l.max(seq)));
+        }
+        if let Some(command) = line.command {
+            self.running.remove(&command.seq);
+            push_capped(&mut self.commands, command);
+        }
+        self.push_entry(line.entry);
     }
 }
 

@@ -186,6 +186,14 @@ impl StateDir {
         Ok(Dir { fd, path })
     }
 
+    /// The subdirectory `name` as a state directory of its own (made 0700
+    /// if missing; see [`StateDir::subdir`]).
+    pub fn child(&self, name: &str) -> Result<StateDir, Error> {
+        Ok(StateDir {
+            dir: self.subdir(name)?,
+        })
+    }
+
     /// Removes the file `name` from this directory, if it is there (a link
     /// is removed, never followed).
     pub fn remove_file(&self, name: &str) -> io::Result<()> {
@@ -211,6 +219,100 @@ impl StateDir {
             Mode::from_raw_mode(0o600),
         )?;
         Ok(std::fs::File::from(fd))
+    }
+
+    /// Opens the file `name` of this directory for appending, creating it
+    /// (0600) if missing. Refuses anything but a regular file of the
+    /// service's own (a planted link is never followed).
+    pub fn open_append(&self, name: &str) -> io::Result<std::fs::File> {
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        self.check_own(&fd, name)?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// The contents of the file `name`, `None` if there is none. Refuses
+    /// anything but a regular file of the service's own.
+    pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        use std::io::Read;
+        let fd = match rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        self.check_own(&fd, name)?;
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd).read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
+    /// Renames `from` to `to` within this directory (replacing `to`).
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        Ok(rustix::fs::renameat(&self.dir.fd, from, &self.dir.fd, to)?)
+    }
+
+    /// Replaces the file `name` with `bytes` atomically: written to a
+    /// temporary name, synced, renamed over `name`, and the directory
+    /// synced, so that after a crash `name` holds either the old contents
+    /// or the new, whole.
+    pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        let tmp = format!(
+            ".{name}.{}.tmp",
+            crate::secret::random_hex()[..12].to_owned()
+        );
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut file = std::fs::File::from(fd);
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_data())
+            .and_then(|()| self.rename(&tmp, name));
+        if let Err(e) = written {
+            let _ = self.remove_file(&tmp);
+            return Err(e);
+        }
+        rustix::fs::fsync(&self.dir.fd)?;
+        Ok(())
+    }
+
+    /// The names in this directory.
+    pub fn names(&self) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&self.dir.fd)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn check_own(&self, fd: &OwnedFd, name: &str) -> io::Result<()> {
+        let st = rustix::fs::fstat(fd)?;
+        if FileKind::of(st.st_mode) != FileKind::File
+            || st.st_uid != rustix::process::geteuid().as_raw()
+        {
+            return Err(io::Error::other(format!(
+                "{} is not a file of the service's own",
+                self.dir.path.join(name).display()
+            )));
+        }
+        Ok(())
     }
 
     /// An exclusive lock file in this directory, held until dropped (opened
@@ -240,15 +342,7 @@ impl StateDir {
             OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )?;
-        let st = rustix::fs::fstat(&fd)?;
-        if FileKind::of(st.st_mode) != FileKind::File
-            || st.st_uid != rustix::process::geteuid().as_raw()
-        {
-            return Err(io::Error::other(format!(
-                "{} is not a lock file of the service's own",
-                self.dir.path.join(name).display()
-            )));
-        }
+        self.check_own(&fd, name)?;
         Ok(fd)
     }
 }

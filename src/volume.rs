@@ -18,6 +18,9 @@
 //! - `run/<id>`: the socket directory of a session's supervisor.
 //! - `history/<id>`: the kept contents of a session's checkpoints and of
 //!   its starting point, out of reach of its commands.
+//! - `quarantine/`: workspaces with something in them that no session owns
+//!   any more (a session whose record was lost or could not come back):
+//!   moved here, never deleted, for the operator to look at and empty.
 //!
 //! The engine is only ever handed the mount point, a path whose every
 //! component belongs to the service, and [`Volume::verify`] checks before
@@ -120,6 +123,7 @@ struct Inner {
     pins: Dir,
     run: Dir,
     history: Dir,
+    quarantine: Dir,
     /// The service may mount: fresh workspaces get their own filesystem
     /// (with a quota) and existing directories can be pinned.
     can_mount: bool,
@@ -166,6 +170,7 @@ impl Volumes {
                 pins: state.subdir("pins")?,
                 run: state.subdir("run")?,
                 history: state.subdir("history")?,
+                quarantine: state.subdir("quarantine")?,
                 can_mount,
             }),
         })
@@ -258,6 +263,89 @@ impl Volumes {
                 Err(Error::Create(e.to_string()))
             }
         }
+    }
+
+    /// The fresh workspace `id` an earlier instance of this service made
+    /// (one whose session comes back after a restart), as it left it: still
+    /// mounted where the service was killed, or mounted again from its
+    /// volume file where the host restarted. Blocking.
+    pub fn reopen_fresh(&self, id: &str) -> Result<Volume, Error> {
+        check_id(id)?;
+        let inner = &self.inner;
+        let mut volume = Volume {
+            inner: Arc::clone(inner),
+            id: id.to_string(),
+            kind: if inner.can_mount {
+                Kind::Filesystem
+            } else {
+                Kind::Directory
+            },
+            path: inner.workspaces.path.join(id),
+            identity: (0, 0),
+            quota: None,
+            note: None,
+        };
+        let gone =
+            |e: &dyn std::fmt::Display| Error::Gone(format!("{}: {e}", volume.path.display()));
+        let root = volume.open_root().map_err(|e| gone(&e))?;
+        if volume.kind == Kind::Filesystem {
+            let parent = rustix::fs::fstat(&inner.workspaces.fd).map_err(|e| gone(&e))?;
+            let here = rustix::fs::fstat(&root).map_err(|e| gone(&e))?;
+            if here.st_dev == parent.st_dev {
+                // Not mounted any more (the host restarted): mount its
+                // volume file again, as it was first mounted. ext4 replays
+                // its own journal.
+                drop(root);
+                let image = inner.images.path.join(format!("{id}.img"));
+                if !image.exists() {
+                    return Err(gone(&"its volume file is missing"));
+                }
+                run_tool(
+                    std::process::Command::new("mount")
+                        .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
+                        .arg(&image)
+                        .arg(&volume.path),
+                )?;
+            }
+            let root = volume.open_root().map_err(|e| gone(&e))?;
+            let fs = rustix::fs::fstatvfs(&root).map_err(|e| gone(&e))?;
+            volume.quota = Some(Quota {
+                disk_bytes: fs.f_blocks * fs.f_frsize,
+                inodes: fs.f_files,
+            });
+        }
+        let st =
+            rustix::fs::fstat(volume.open_root().map_err(|e| gone(&e))?).map_err(|e| gone(&e))?;
+        volume.identity = (st.st_dev, st.st_ino);
+        Ok(volume)
+    }
+
+    /// [`Volumes::pin`] for a session that comes back after a restart: a
+    /// pin an earlier instance left for `id` is let go first, so the new one
+    /// is made from the directory fd just opened and checked, never taken
+    /// on trust. Blocking.
+    pub fn repin(
+        &self,
+        id: &str,
+        root: &OwnedFd,
+        host: &Path,
+        root_user: (u32, u32),
+        no_idmap: Option<&str>,
+    ) -> Result<Volume, Error> {
+        check_id(id)?;
+        let pins = &self.inner.pins;
+        match rustix::mount::unmount(
+            pins.path.join(id),
+            rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+        ) {
+            Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(Error::Pin(e.into())),
+        }
+        match rustix::fs::unlinkat(&pins.fd, id, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(Error::Pin(e.into())),
+        }
+        self.pin(id, root, host, root_user, no_idmap)
     }
 
     /// Pins the existing directory whose fd (`O_PATH` is enough) the file
@@ -443,6 +531,20 @@ impl Volumes {
                     quota: None,
                     note: None,
                 };
+                // What someone may still want is moved aside, not deleted.
+                if kind == Kind::Filesystem && !volume.is_empty() {
+                    match volume.quarantine() {
+                        Ok(to) => tracing::warn!(
+                            volume = %volume.id,
+                            to = %to.display(),
+                            "a workspace no session owns was moved to the quarantine (empty it when it is not needed)"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(volume = %volume.id, error = %e, "cannot quarantine a workspace no session owns; it is left in place")
+                        }
+                    }
+                    continue;
+                }
                 match volume.remove() {
                     Ok(()) => removed += 1,
                     Err(e) => {
@@ -750,6 +852,73 @@ impl Volume {
                 }
             }
         }
+    }
+
+    /// Whether the workspace holds nothing (or cannot be read at all).
+    fn is_empty(&self) -> bool {
+        match self.open_root() {
+            Ok(root) => crate::workspace::walk::list(&root, 1)
+                .map(|(entries, more)| entries.is_empty() && !more)
+                .unwrap_or(false),
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        }
+    }
+
+    /// Moves the workspace into the quarantine: its volume file (unmounted
+    /// first), or the plain directory. Returns where it went. Blocking.
+    fn quarantine(&self) -> io::Result<PathBuf> {
+        let inner = &self.inner;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let container_free = match self.kind {
+            Kind::Filesystem if self.inner.can_mount => {
+                match rustix::mount::unmount(
+                    &self.path,
+                    rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+                ) {
+                    Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let name = format!("{}-{stamp}.img", self.id);
+                let from = format!("{}.img", self.id);
+                match rustix::fs::renameat(
+                    &inner.images.fd,
+                    from.as_str(),
+                    &inner.quarantine.fd,
+                    name.as_str(),
+                ) {
+                    // The mount point holds the files of a workspace made
+                    // while the service could not mount: move it instead.
+                    Err(rustix::io::Errno::NOENT) => None,
+                    Ok(()) => Some(name),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            _ => None,
+        };
+        let name = match container_free {
+            Some(name) => {
+                let _ = rustix::fs::unlinkat(
+                    &inner.workspaces.fd,
+                    self.id.as_str(),
+                    AtFlags::REMOVEDIR,
+                );
+                name
+            }
+            None => {
+                let name = format!("{}-{stamp}", self.id);
+                rustix::fs::renameat(
+                    &inner.workspaces.fd,
+                    self.id.as_str(),
+                    &inner.quarantine.fd,
+                    name.as_str(),
+                )?;
+                name
+            }
+        };
+        let _ = remove_tree_at(&inner.history.fd, std::ffi::OsStr::new(&self.id));
+        Ok(inner.quarantine.path.join(name))
     }
 
     /// Best-effort removal on an error path.

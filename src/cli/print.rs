@@ -92,6 +92,9 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
         if c.cancelled {
             how.push_str(", cancelled");
         }
+        if c.interrupted {
+            how = "interrupted: the service stopped while it ran".to_string();
+        }
         con.out(format_args!("  #{:<4} {}  [{how}]\n", c.seq, c.command));
     }
     con.out(format_args!("refused ({}):\n", r.denied.len()));
@@ -129,6 +132,12 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
     }
     if journal {
         con.out(format_args!("journal ({} dropped):\n", r.journal_dropped));
+        if r.journal_file_lines_dropped > 0 {
+            con.out(format_args!(
+                "  ({} older lines dropped from the journal files at their size ceiling)\n",
+                r.journal_file_lines_dropped
+            ));
+        }
         for e in &r.journal {
             con.out(format_args!(
                 "  #{:<4} {:<16} {:<10} {} ms  {}  {}\n",

@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// (<dir>/<session id>.jsonl), for external audit.
     #[arg(long, env = "SANDBOXD_JOURNAL_DIR")]
     journal_dir: Option<PathBuf>,
+    /// Ceiling in bytes of one session's journal files together: past half
+    /// of it the file is rotated, the older half dropped and counted.
+    #[arg(long, env = "SANDBOXD_JOURNAL_MAX_BYTES", default_value_t = sandboxd::journal::DEFAULT_MAX_FILE_BYTES)]
+    journal_max_bytes: u64,
     /// The service's private state directory: fresh workspaces, pins of
     /// lent directories, supervisor sockets (default:
     /// /var/lib/sandboxd/<service name> for root). Made 0700 if missing;
@@ -277,6 +281,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.max_sessions = args.max_sessions;
     config.deny_writes = args.deny_writes;
     config.journal_dir = args.journal_dir;
+    config.journal_max_bytes = args.journal_max_bytes;
     config.limits.max_file_bytes = args.max_file_bytes;
     let mut sandbox = SandboxConfig::new(&args.service_name);
     if let Some(image) = args.image {
@@ -405,6 +410,15 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     let docker = Arc::new(DockerRuntime::new(args.docker_host));
     let runtime: Arc<dyn Runtime> = docker.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
+    // Sessions an earlier instance left open come back before anything is
+    // swept, so their workspaces are never taken for leftovers.
+    let back = registry.recover().await;
+    if !back.is_empty() {
+        tracing::info!(
+            sessions = back.len(),
+            "sessions brought back from the state directory"
+        );
+    }
     // Bind first so a taken port fails fast, before any slow image build.
     let (listener, socket_file): (sandboxd::server::Listener, _) = match &args.listen {
         ListenAddr::Tcp(addr) => (tokio::net::TcpListener::bind(addr).await?.into(), None),

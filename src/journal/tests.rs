@@ -3,6 +3,19 @@ use std::time::Duration;
 use super::*;
 use crate::sandbox::Captured;
 
+/// Journal files in a fresh private directory, bounded by `max_bytes`.
+fn files(base: &tempfile::TempDir, max_bytes: u64) -> Files {
+    std::fs::set_permissions(
+        base.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    Files {
+        dir: Arc::new(StateDir::open(&base.path().join("journal")).unwrap()),
+        max_bytes,
+    }
+}
+
 fn exit(code: i64) -> ExitReport {
     ExitReport {
         exit_code: code,
@@ -107,7 +120,7 @@ fn only_the_very_verification_command_counts() {
 #[test]
 fn keeps_a_bounded_window_and_writes_json_lines() {
     let base = tempfile::tempdir().unwrap();
-    let dir = StateDir::open(&base.path().join("journal")).unwrap();
+    let dir = files(&base, 1 << 30);
     let j = Journal::new("d", Some(&dir)).unwrap();
     for i in 0..(MAX_KEPT + 5) {
         j.ok("ReadFile", &format!("f{i}"), Instant::now(), String::new());
@@ -123,13 +136,13 @@ fn keeps_a_bounded_window_and_writes_json_lines() {
     assert_eq!(r.entries.len(), MAX_KEPT);
     assert_eq!(r.dropped, 6);
     assert_eq!(r.refused.len(), 1);
-    let text = std::fs::read_to_string(dir.path().join("d.jsonl")).unwrap();
-    let mode = std::os::unix::fs::MetadataExt::mode(
-        &std::fs::metadata(dir.path().join("d.jsonl")).unwrap(),
-    );
+    let path = dir.dir.path().to_path_buf();
+    let text = std::fs::read_to_string(path.join("d.jsonl")).unwrap();
+    let mode =
+        std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(path.join("d.jsonl")).unwrap());
     assert_eq!(mode & 0o777, 0o600, "a journal is private");
     // A name planted in advance is never appended to.
-    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("e.jsonl")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", path.join("e.jsonl")).unwrap();
     assert!(Journal::new("e", Some(&dir)).is_err());
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), MAX_KEPT + 6);
@@ -138,4 +151,138 @@ fn keeps_a_bounded_window_and_writes_json_lines() {
     assert_eq!(last["tool"], "EditFile");
     assert_eq!(last["outcome"]["status"], "refused");
     assert_eq!(last["outcome"]["reason"], "POLICY_DENIED");
+}
+
+#[test]
+fn a_recovered_journal_is_the_journal_and_reports_a_cut_short_command_as_interrupted() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = files(&base, 1 << 30);
+    let before = {
+        let j = Journal::new("r", Some(&dir)).unwrap();
+        write(&j, "calc.py");
+        run(&j, "pytest -q", 0);
+        j.refused(
+            "EditFile",
+            "x",
+            Instant::now(),
+            "OLD_STRING_NOT_FOUND",
+            "no".into(),
+        );
+        j.changed_tree("RestoreCheckpoint", "c1", Instant::now(), String::new());
+        // Started and never ended: the service died here.
+        let seq = j.next_seq();
+        j.command_started(seq, "sleep 1000", "/workspace/sub");
+        j.report(Some(&["calc.py".to_string()]), Some("pytest -q"))
+        // The journal is dropped without any ending, as by kill -9.
+    };
+    // The last line was cut short by the crash.
+    let path = dir.dir.path().join("r.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"{\"session_id\":\"r\",\"seq\":9").unwrap();
+    drop(f);
+    let (j, found) = Journal::recover("r", &dir).unwrap();
+    assert_eq!(
+        found,
+        Recovered {
+            entries: 4,
+            interrupted: 1,
+            unreadable: 1
+        }
+    );
+    let after = j.report(Some(&["calc.py".to_string()]), Some("pytest -q"));
+    assert_eq!(after.touched, before.touched);
+    assert_eq!(after.plan, before.plan);
+    // The restore came after the test run: it does not verify it, then or now.
+    assert_eq!(after.verification, before.verification);
+    assert!(!after.verification.as_ref().unwrap().ran_after_last_write);
+    assert_eq!(after.refused.len(), 1);
+    assert_eq!(after.refused[0].reason, "OLD_STRING_NOT_FOUND");
+    assert_eq!(after.files_written.len(), 1);
+    let interrupted: Vec<&CommandRecord> =
+        after.commands.iter().filter(|c| c.interrupted).collect();
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(interrupted[0].command, "sleep 1000");
+    assert_eq!(interrupted[0].cwd, "/workspace/sub");
+    assert_eq!(interrupted[0].exit_code, -1);
+    // New entries follow the old ones, numbered after them.
+    let last_seq = after.entries.last().unwrap().seq;
+    j.ok("ReadFile", "calc.py", Instant::now(), String::new());
+    assert_eq!(
+        j.report(None, None).entries.last().unwrap().seq,
+        last_seq + 1
+    );
+    // A second restart finds the interruption recorded, not a second one.
+    drop(j);
+    let (again, found) = Journal::recover("r", &dir).unwrap();
+    assert_eq!(found.interrupted, 0);
+    let interrupted = again
+        .report(None, None)
+        .commands
+        .iter()
+        .filter(|c| c.interrupted)
+        .count();
+    assert_eq!(interrupted, 1);
+    // An interrupted run is never a verification.
+    let (cut, _) = {
+        let j = Journal::new("v", Some(&dir)).unwrap();
+        write(&j, "a.py");
+        let seq = j.next_seq();
+        j.command_started(seq, "pytest -q", "/workspace");
+        drop(j);
+        Journal::recover("v", &dir).unwrap()
+    };
+    let v = cut.report(None, Some("pytest -q")).verification.unwrap();
+    assert!(!v.ran && !v.passed, "{v:?}");
+}
+
+#[test]
+fn journal_files_stay_under_their_ceiling_and_count_what_they_dropped() {
+    let base = tempfile::tempdir().unwrap();
+    let max = 128 << 10;
+    let dir = files(&base, max);
+    let j = Journal::new("b", Some(&dir)).unwrap();
+    let message = "m".repeat(700);
+    let calls = 2_000u64;
+    for i in 0..calls {
+        j.refused(
+            "EditFile",
+            &format!("f{i}"),
+            Instant::now(),
+            "POLICY_DENIED",
+            message.clone(),
+        );
+    }
+    let path = dir.dir.path();
+    let size = |name: &str| std::fs::metadata(path.join(name)).map_or(0, |m| m.len());
+    let total = size("b.jsonl") + size("b.jsonl.1");
+    assert!(total <= max, "{total} bytes of journal files, over {max}");
+    let report = j.report(None, None);
+    let dropped = report.file_lines_dropped;
+    assert!(dropped > 0);
+    // Every line is either kept in a file or counted as dropped.
+    let lines = |name: &str| {
+        std::fs::read_to_string(path.join(name))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains("\"rotated\""))
+            .count() as u64
+    };
+    assert_eq!(lines("b.jsonl") + lines("b.jsonl.1") + dropped, calls);
+    // The head of the file says what went.
+    let head = std::fs::read_to_string(path.join("b.jsonl")).unwrap();
+    let head: serde_json::Value = serde_json::from_str(head.lines().next().unwrap()).unwrap();
+    assert!(head["rotated"]["dropped_lines"].as_u64().unwrap() > 0);
+    // A restart reads back what is kept and the count of what is not.
+    drop(j);
+    let (j, found) = Journal::recover("b", &dir).unwrap();
+    assert_eq!(found.unreadable, 0);
+    assert_eq!(
+        j.report(None, None).file_lines_dropped,
+        head["rotated"]["dropped_lines"].as_u64().unwrap()
+    );
+    Journal::remove_files("b", &dir);
+    assert_eq!(size("b.jsonl") + size("b.jsonl.1"), 0);
 }

@@ -23,7 +23,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use guard::{Refusal, SlipGuard};
 
 /// What a session asks for at creation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rules {
     /// Reading, listing, finding and searching only.
     pub read_only: bool,

@@ -43,7 +43,7 @@ pub struct LimitHints {
 }
 
 /// Which rung of the ladder stopped the command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KilledBy {
     /// It ended by itself.

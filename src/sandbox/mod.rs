@@ -134,7 +134,7 @@ pub enum ExecState {
 }
 
 /// Resource limits of a session's sandbox.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Memory ceiling in bytes (swap is not allowed beyond it).
     pub memory_bytes: u64,
@@ -285,6 +285,12 @@ pub mod labels {
     /// The service name: instances with the same name are one service over
     /// time, so a new one removes what an old one leaked.
     pub const SERVICE: &str = "sandboxd.service";
+    /// The id of the state directory of the instance that created the
+    /// container: only one live instance holds a state directory (see
+    /// `session::Registry::new`), so a container bearing ours and another
+    /// instance's id was left by a dead instance, and no live one's
+    /// container ever bears ours.
+    pub const STATE: &str = "sandboxd.state";
 }
 
 /// The container of one session: started on demand, replaced after a hard

@@ -14,7 +14,6 @@ use super::messages::NewEnvironment;
 use crate::environment::{self, BuildRequest, Environment, Environments, Events, Progress};
 use crate::journal::Journal;
 use crate::sandbox::Runtime;
-use crate::state::StateDir;
 
 /// The service's environments and their journal.
 #[derive(Debug)]
@@ -33,7 +32,7 @@ impl Builds {
     pub(super) fn new(
         config: Arc<Config>,
         runtime: Arc<dyn Runtime>,
-        journal_dir: Option<&StateDir>,
+        journal_dir: Option<&crate::journal::Files>,
     ) -> std::io::Result<Builds> {
         let journal = Arc::new(Journal::new(
             &format!("builds-{}", config.sandbox.instance),

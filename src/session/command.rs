@@ -53,6 +53,7 @@ impl Session {
                 return Err(e);
             }
         };
+        self.journal.command_started(seq, &command, &cwd);
         let (tx, rx) = mpsc::channel(64);
         let session = Arc::clone(self);
         tokio::spawn(async move {

@@ -33,8 +33,12 @@ pub struct Config {
     pub max_sessions: usize,
     /// Deny globs for writes in every session (sessions can add more).
     pub deny_writes: Vec<String>,
-    /// Directory where each session's journal is appended as JSON lines.
+    /// Directory where each session's journal is appended as JSON lines
+    /// and kept after it closes; without one, journals are kept in the
+    /// state directory until their session closes.
     pub journal_dir: Option<PathBuf>,
+    /// Ceiling of one session's journal files together.
+    pub journal_max_bytes: u64,
     /// File tool limits.
     pub limits: Limits,
     /// Containers and commands.
@@ -139,6 +143,9 @@ pub struct SandboxConfig {
     pub service: String,
     /// This process's id, on every container it starts.
     pub instance: String,
+    /// The id of the state directory (set when the registry opens it), on
+    /// every container it starts.
+    pub state_id: String,
     /// Command timeout when the request gives none.
     pub default_timeout: Duration,
     /// Ceiling on a requested timeout.
@@ -189,6 +196,7 @@ impl SandboxConfig {
             runtime: None,
             service: service.to_string(),
             instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
+            state_id: String::new(),
             default_timeout: Duration::from_millis(defaults::TIMEOUT_MS),
             max_timeout: Duration::from_millis(defaults::MAX_TIMEOUT_MS),
             default_cap: defaults::OUTPUT_CAP,
@@ -231,6 +239,7 @@ impl Config {
             max_sessions: defaults::MAX_SESSIONS,
             deny_writes: Vec::new(),
             journal_dir: None,
+            journal_max_bytes: crate::journal::DEFAULT_MAX_FILE_BYTES,
             limits: Limits {
                 max_file_bytes: defaults::MAX_FILE_BYTES,
                 ..Limits::default()

@@ -73,6 +73,9 @@ pub enum Error {
     /// The requested policy does not compile.
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidRules),
+    /// The session's record cannot be kept in the state directory.
+    #[error("cannot record the session: {0}")]
+    Record(io::Error),
     /// The journal file cannot be opened.
     #[error("cannot open the journal: {0}")]
     Journal(io::Error),
@@ -112,6 +115,23 @@ pub enum StartError {
     /// The journal of builds cannot be opened.
     #[error("cannot open the journal of builds: {0}")]
     Journal(io::Error),
+    /// Another live instance of the service holds the state directory.
+    #[error(
+        "another sandboxd instance is running on the state directory {path}: stop it, or give \
+         this one a --state-dir of its own"
+    )]
+    InUse {
+        /// The state directory.
+        path: PathBuf,
+    },
+    /// The state directory's records or marks cannot be read or written.
+    #[error("the state directory {path}: {source}")]
+    State {
+        /// What was being read or written.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// An allowed root does not exist.
     #[error("allowed root {root}: {source}")]
     AllowedRoot {

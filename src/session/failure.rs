@@ -1171,6 +1171,15 @@ fn session_status(err: &session::Error) -> Described {
             ),
             &[],
         ),
+        S::Record(e) => status(
+            Code::Internal,
+            reason::IO_ERROR,
+            format!(
+                "The session cannot be recorded in the service's state directory ({e}), so a restart \
+                 would lose it. No session was created. Tell the operator (the state directory's disk)."
+            ),
+            &[],
+        ),
         S::InvalidArgument { field, why } => status(
             Code::InvalidArgument,
             reason::INVALID_ARGUMENT,

@@ -7,6 +7,8 @@
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
 //! - `pool`: warm sessions-to-be, kept ready (for the default image and
 //!   for each environment the operator names);
+//! - `records`: what each open session is, kept in the state directory so
+//!   that a restarted service brings it back;
 //! - `builds`: environments as callers reach them: who may build, every
 //!   build journaled;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
@@ -35,6 +37,7 @@ pub mod failure;
 mod messages;
 mod pool;
 mod prepare;
+mod records;
 mod registry;
 mod tools;
 

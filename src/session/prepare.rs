@@ -34,7 +34,37 @@ pub(super) async fn prepare(
     image: String,
     limits: sandbox::Limits,
 ) -> Result<Prepared, Error> {
-    let id = new_id();
+    reopen(
+        config,
+        runtime,
+        locks,
+        volumes,
+        new_id(),
+        workspace_path,
+        None,
+        image,
+        limits,
+    )
+    .await
+}
+
+/// [`prepare`] for session `id`, or (with `again`, the device and inode its
+/// workspace had) for a session that comes back after a restart: its fresh
+/// workspace as the earlier instance left it, or its lent directory opened,
+/// checked and pinned anew, and refused unless it is the very directory the
+/// session was lent.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn reopen(
+    config: &Config,
+    runtime: &Arc<dyn Runtime>,
+    locks: &Arc<PathLocks>,
+    volumes: &Arc<Volumes>,
+    id: String,
+    workspace_path: Option<String>,
+    again: Option<(u64, u64)>,
+    image: String,
+    limits: sandbox::Limits,
+) -> Result<Prepared, Error> {
     let (cfg, locks, ws_volumes, ws_id) = (
         config.clone(),
         Arc::clone(locks),
@@ -46,7 +76,15 @@ pub(super) async fn prepare(
         inodes: limits.inodes,
     };
     let (workspace, volume) = tokio::task::spawn_blocking(move || {
-        open_workspace(&cfg, locks, &ws_volumes, &ws_id, workspace_path, quota)
+        open_workspace(
+            &cfg,
+            locks,
+            &ws_volumes,
+            &ws_id,
+            workspace_path,
+            quota,
+            again,
+        )
     })
     .await
     .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
@@ -77,6 +115,7 @@ pub(super) async fn prepare(
             (labels::SESSION.to_string(), id.clone()),
             (labels::INSTANCE.to_string(), cfg.instance.clone()),
             (labels::SERVICE.to_string(), cfg.service.clone()),
+            (labels::STATE.to_string(), cfg.state_id.clone()),
         ]),
         runtime: cfg.runtime.clone(),
         supervisor: cfg.supervisor.clone(),
@@ -160,7 +199,8 @@ fn new_id() -> String {
 }
 
 /// Opens the workspace of session `id`: a fresh volume, or an existing
-/// directory under an allowed root, pinned for its containers.
+/// directory under an allowed root, pinned for its containers; `again`:
+/// the ones an earlier instance made for it (see [`reopen`]).
 fn open_workspace(
     config: &Config,
     locks: Arc<PathLocks>,
@@ -168,9 +208,13 @@ fn open_workspace(
     id: &str,
     path: Option<String>,
     quota: Quota,
+    again: Option<(u64, u64)>,
 ) -> Result<(Workspace, Volume), Error> {
     let Some(path) = path else {
-        let volume = volumes.fresh(id, quota, config.sandbox.default_user)?;
+        let volume = match again {
+            Some(_) => volumes.reopen_fresh(id)?,
+            None => volumes.fresh(id, quota, config.sandbox.default_user)?,
+        };
         return match Workspace::open(volume.path(), locks, config.limits.clone()) {
             Ok(ws) => Ok((ws, volume)),
             Err(e) => {
@@ -236,6 +280,22 @@ fn open_workspace(
     let user = command_user(ws.owner(), config.sandbox.default_user);
     let no_idmap = (config.sandbox.runtime.as_deref() == Some(sandbox::runsc::NAME))
         .then_some("under gVisor, files cannot be created through an id-mapped mount");
-    let volume = volumes.pin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?;
+    let volume = match again {
+        None => volumes.pin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?,
+        Some(identity) => {
+            // The path may name another directory by now (renamed, swapped
+            // for a link): only the very one the session was lent is taken.
+            let st = rustix::fs::fstat(ws.root_fd()).map_err(|e| Error::OpenWorkspace {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+            if (st.st_dev, st.st_ino) != identity {
+                return Err(Error::Volume(crate::volume::Error::Gone(format!(
+                    "{path} is no longer the directory the session was lent"
+                ))));
+            }
+            volumes.repin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?
+        }
+    };
     Ok((ws, volume))
 }

@@ -2,6 +2,14 @@
 //! when each was last used, and closing them (on request, on idle timeout,
 //! and at shutdown). A fresh workspace belongs to its session and is removed
 //! with it; an existing directory named by the caller is only borrowed.
+//!
+//! Every open session has a record in the state directory, and its journal
+//! a file: a service that restarts, however it stopped, brings its sessions
+//! back ([`Registry::recover`]) with their ids, tokens, workspaces, policy
+//! and journals. Their containers are not kept: a container that ran while
+//! no service watched it is not trusted (what its commands left running
+//! went on unsupervised), so each comes back with a fresh one on its next
+//! command, and a command cut short is journaled as interrupted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,16 +24,75 @@ use super::messages::{
     Caller, Closed, EnvironmentInfo, Info, NewEnvironment, NewSession, check_env,
 };
 use super::pool::Pool;
-use super::prepare::{Prepared, discard, prepare};
+use super::prepare::{Prepared, discard, prepare, reopen};
+use super::records::{Place, Record, Records};
 use super::tools::Session;
 use crate::environment::Environment;
-use crate::journal::Journal;
+use crate::journal::{self, Journal};
 use crate::policy::Policy;
 use crate::sandbox::{self, Runtime, image, labels};
 use crate::state::StateDir;
 use crate::volume::Volumes;
 use crate::workspace::history::{History, HistoryLimits};
 use crate::workspace::lock::PathLocks;
+
+/// What is kept of `session`, to bring it back after a restart.
+fn record_of(session: &Session) -> Record {
+    let millis = |d: std::time::Duration| d.as_millis() as u64;
+    let (identity, lent) = {
+        let volume = session.volume.lock().unwrap_or_else(|e| e.into_inner());
+        let volume = volume.as_ref();
+        (
+            volume.map_or((0, 0), |v| v.identity()),
+            volume.is_some_and(|v| !v.owns_workspace()),
+        )
+    };
+    let spec = session.sandbox.spec();
+    Record {
+        version: Record::version(),
+        id: session.id.clone(),
+        token_sha256: hex::encode(session.token_hash),
+        created_ms: session
+            .created
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, millis),
+        ttl_ms: millis(session.ttl),
+        default_timeout_ms: millis(session.default_timeout),
+        image: spec.image.clone(),
+        environment: session.environment.clone(),
+        limits: spec.limits,
+        env: session.env.clone(),
+        // The rules in force, the operator's included: a session never
+        // comes back looser than it was.
+        rules: session.policy.rules().clone(),
+        workspace: if lent {
+            Place::Lent {
+                path: session.workspace.host_path().to_path_buf(),
+            }
+        } else {
+            Place::Fresh
+        },
+        identity,
+    }
+}
+
+/// The lock a live instance holds in its state directory.
+const LIVE_LOCK: &str = "instance.lock";
+
+/// The id of a state directory, made the first time it is used: labels
+/// the containers of every instance over it.
+fn state_id(state: &StateDir) -> std::io::Result<String> {
+    const NAME: &str = "state-id";
+    if let Some(bytes) = state.read(NAME)? {
+        let id = String::from_utf8_lossy(&bytes).trim().to_string();
+        if !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(id);
+        }
+    }
+    let id = crate::secret::random_hex()[..16].to_string();
+    state.write_atomic(NAME, id.as_bytes())?;
+    Ok(id)
+}
 
 /// How every session token begins (so a leaked one is recognised, e.g. by
 /// secret scanners).
@@ -38,8 +105,17 @@ pub struct Registry {
     runtime: Arc<dyn Runtime>,
     locks: Arc<PathLocks>,
     volumes: Arc<Volumes>,
-    /// Where journals are appended, checked like the state directory.
-    journal_dir: Option<Arc<StateDir>>,
+    /// The operator's journal directory, checked like the state directory
+    /// (the journal of builds goes there).
+    journal_dir: Option<journal::Files>,
+    /// Where each session's journal is appended: the operator's journal
+    /// directory, or the state directory's `journals`.
+    journals: journal::Files,
+    /// The open sessions' records.
+    records: Records,
+    /// Held while this instance lives, so that no other one uses the state
+    /// directory (the kernel lets go of it however the process ends).
+    _live: std::os::fd::OwnedFd,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// The sha256 of each open session's token, to its session's id.
     tokens: Mutex<HashMap<[u8; 32], String>>,
@@ -63,13 +139,37 @@ impl Registry {
             );
         }
         let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
+        let state_err = |source| StartError::State {
+            path: config.state_dir.clone(),
+            source,
+        };
+        let live = state
+            .try_lock(LIVE_LOCK)
+            .map_err(state_err)?
+            .ok_or_else(|| StartError::InUse {
+                path: config.state_dir.clone(),
+            })?;
+        let state_id = state_id(&state).map_err(state_err)?;
         let volumes = Arc::new(Volumes::open(&state)?);
+        let files = |dir: StateDir| journal::Files {
+            dir: Arc::new(dir),
+            max_bytes: config.journal_max_bytes,
+        };
         let journal_dir = match &config.journal_dir {
-            Some(dir) => Some(Arc::new(
+            Some(dir) => Some(files(
                 StateDir::open(dir).map_err(crate::volume::Error::State)?,
             )),
             None => None,
         };
+        let journals = match &journal_dir {
+            Some(files) => files.clone(),
+            None => files(
+                state
+                    .child("journals")
+                    .map_err(crate::volume::Error::State)?,
+            ),
+        };
+        let records = Records::open(&state).map_err(crate::volume::Error::State)?;
         let allowed_roots = config
             .allowed_roots
             .iter()
@@ -80,14 +180,17 @@ impl Registry {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let mut sandbox = config.sandbox.clone();
+        sandbox.state_id = state_id;
         let config = Arc::new(Config {
             allowed_roots,
+            sandbox,
             ..config
         });
         let builds = Builds::new(
             Arc::clone(&config),
             Arc::clone(&runtime),
-            journal_dir.as_deref(),
+            journal_dir.as_ref(),
         )
         .map_err(StartError::Journal)?;
         Ok(Registry {
@@ -102,6 +205,9 @@ impl Registry {
             locks: Arc::new(PathLocks::default()),
             volumes,
             journal_dir,
+            journals,
+            records,
+            _live: live,
             sessions: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
@@ -215,7 +321,7 @@ impl Registry {
         }
         // The journal and the history, or nothing of the session stays.
         let parts = async {
-            let journal = Journal::new(&id, self.journal_dir.as_deref()).map_err(Error::Journal)?;
+            let journal = Journal::new(&id, Some(&self.journals)).map_err(Error::Journal)?;
             let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
                 .await
                 .map_err(Error::CreateWorkspace)?;
@@ -261,6 +367,15 @@ impl Registry {
             last_used: Mutex::new((Instant::now(), now)),
             token_hash,
         });
+        // Kept before anyone learns of the session: a session a crash can
+        // lose is never handed out.
+        if let Err(e) = self.save_record(&session).await {
+            tracing::warn!(session = %session.id, error = %e, "cannot record the session");
+            let _ = session.sandbox.close().await;
+            remove_volume(&session).await;
+            Journal::remove_files(&session.id, &self.journals);
+            return Err(Error::Record(e).into());
+        }
         // Checked again under the lock: other creates ran while we worked.
         let admitted = {
             let mut table = self.table();
@@ -274,6 +389,7 @@ impl Registry {
         if !admitted {
             let _ = session.sandbox.close().await;
             remove_volume(&session).await;
+            self.forget(&session.id).await;
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
             }
@@ -305,6 +421,181 @@ impl Registry {
         tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
         info.session_token = Some(token);
         Ok(info)
+    }
+
+    async fn save_record(&self, session: &Session) -> std::io::Result<()> {
+        let record = record_of(session);
+        let records = self.records.clone();
+        tokio::task::spawn_blocking(move || records.save(&record))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+    }
+
+    /// Forgets a session that is gone: its record, and its journal's files
+    /// unless the operator keeps journals.
+    async fn forget(&self, id: &str) {
+        if let Err(e) = self.records.remove(id) {
+            tracing::warn!(session = %id, error = %e, "cannot remove the session's record");
+        }
+        if self.journal_dir.is_none() {
+            Journal::remove_files(id, &self.journals);
+        }
+    }
+
+    /// Brings back the sessions an earlier instance of this service left
+    /// open (after a crash, a kill or a clean stop alike): each with its id,
+    /// token, workspace, policy, journal and timeouts, its container made
+    /// afresh on its next command. A session that cannot come back (its
+    /// workspace is gone, or a lent directory is no longer the one it was
+    /// lent) is logged and its record dropped; its workspace, if it holds
+    /// anything, is then moved to the quarantine by the sweep, never
+    /// deleted. Returns the ids brought back. Call before the sweep.
+    pub async fn recover(&self) -> Vec<String> {
+        let records = self.records.clone();
+        let found = match tokio::task::spawn_blocking(move || records.load()).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot read the sessions' records");
+                return Vec::new();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reading the sessions' records failed");
+                return Vec::new();
+            }
+        };
+        let mut back = Vec::new();
+        for (id, record) in found {
+            let record = match record {
+                Ok(record) => record,
+                Err(why) => {
+                    tracing::error!(session = %id, why, "a session's record cannot be read; the session is not brought back (its workspace goes to the quarantine)");
+                    let _ = self.records.remove(&id);
+                    continue;
+                }
+            };
+            if self.table().contains_key(&id) {
+                continue;
+            }
+            match self.bring_back(record).await {
+                Ok(session) => {
+                    tracing::info!(session = %id, workspace = %session.workspace.host_path().display(), "session brought back");
+                    back.push(id);
+                }
+                Err(e) => {
+                    tracing::error!(session = %id, error = %e, "a session cannot be brought back (its workspace, if fresh and not empty, goes to the quarantine)");
+                    let _ = self.records.remove(&id);
+                }
+            }
+        }
+        back
+    }
+
+    async fn bring_back(&self, record: Record) -> Result<Arc<Session>, failure::Error> {
+        let policy = Arc::new(
+            Policy::new(
+                &self.config.deny_writes,
+                &self.config.sandbox.guard,
+                record.rules.clone(),
+            )
+            .map_err(Error::InvalidPolicy)?,
+        );
+        let token_hash: [u8; 32] = hex::decode(&record.token_sha256)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| Error::InvalidArgument {
+                field: "token_sha256",
+                why: "the record's token hash is malformed".into(),
+            })?;
+        let lent = match &record.workspace {
+            Place::Fresh => None,
+            Place::Lent { path } => Some(path.display().to_string()),
+        };
+        let Prepared {
+            id,
+            workspace,
+            volume,
+            sandbox,
+        } = reopen(
+            &self.config,
+            &self.runtime,
+            &self.locks,
+            &self.volumes,
+            record.id.clone(),
+            lent,
+            Some(record.identity),
+            record.image.clone(),
+            record.limits,
+        )
+        .await?;
+        let parts = async {
+            let journals = self.journals.clone();
+            let jid = id.clone();
+            let (journal, found) =
+                tokio::task::spawn_blocking(move || Journal::recover(&jid, &journals))
+                    .await
+                    .map_err(|e| Error::Journal(std::io::Error::other(e.to_string())))?
+                    .map_err(Error::Journal)?;
+            let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
+                .await
+                .map_err(Error::CreateWorkspace)?;
+            Ok::<_, Error>((journal, found, history))
+        }
+        .await;
+        let (journal, found, history) = match parts {
+            Ok(parts) => parts,
+            Err(e) => {
+                // The volume stays for the quarantine: only the pin goes.
+                drop(volume);
+                return Err(e.into());
+            }
+        };
+        let created = std::time::UNIX_EPOCH + std::time::Duration::from_millis(record.created_ms);
+        let mut notes: Vec<String> = volume.note().map(str::to_string).into_iter().collect();
+        notes.push(format!(
+            "the service restarted; this session came back with its workspace and journal, and a fresh container on its next command{}",
+            match found.interrupted {
+                0 => String::new(),
+                1 => " (1 command was running and is journaled as interrupted)".to_string(),
+                n => format!(" ({n} commands were running and are journaled as interrupted)"),
+            }
+        ));
+        let now = SystemTime::now();
+        let session = Arc::new(Session {
+            owns_workspace: volume.owns_workspace(),
+            id,
+            workspace,
+            sandbox,
+            policy,
+            journal,
+            history,
+            config: Arc::clone(&self.config),
+            env: record.env,
+            sandbox_status: Mutex::new(None),
+            notes,
+            volume: Mutex::new(Some(volume)),
+            running: AtomicUsize::new(0),
+            ttl: std::time::Duration::from_millis(record.ttl_ms),
+            default_timeout: std::time::Duration::from_millis(record.default_timeout_ms),
+            environment: record.environment,
+            created,
+            // The idle clock starts again: nobody could call while the
+            // service was down.
+            last_used: Mutex::new((Instant::now(), now)),
+            token_hash,
+        });
+        session.journal.ok(
+            "RecoverSession",
+            "",
+            Instant::now(),
+            format!(
+                "brought back after a restart; {} entries read back, {} commands interrupted, {} lines unreadable",
+                found.entries, found.interrupted, found.unreadable
+            ),
+        );
+        self.table()
+            .insert(session.id.clone(), Arc::clone(&session));
+        self.token_table().insert(token_hash, session.id.clone());
+        Ok(session)
     }
 
     /// An upload's turn among the service's upload slots: taken before its
@@ -386,6 +677,7 @@ impl Registry {
         }
         let workspace_removed = remove_volume(&session).await;
         tracing::info!(session = %id, workspace_removed, "session closed");
+        self.forget(id).await;
         let detail = if workspace_removed {
             "workspace removed"
         } else {
@@ -410,11 +702,14 @@ impl Registry {
     pub async fn sweep_leaked(&self) -> Result<usize, failure::Error> {
         let cfg = &self.config.sandbox;
         // Containers first: a volume is unmounted only once nothing uses it.
+        // By state directory, not by name: this instance holds ours, so
+        // whoever else made containers bearing it has died, and another
+        // live instance (of any name) has a state directory of its own.
         let removed = self
             .runtime
             .remove_labelled(
-                labels::SERVICE,
-                &cfg.service,
+                labels::STATE,
+                &cfg.state_id,
                 labels::INSTANCE,
                 &cfg.instance,
             )

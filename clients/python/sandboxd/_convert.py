@@ -274,6 +274,7 @@ def report(m: Any) -> t.Report:
                 oom_killed=c.oom_killed,
                 cancelled=c.cancelled,
                 duration=_secs(c.duration_ms),
+                interrupted=c.interrupted,
             )
             for c in m.commands
         ),
@@ -309,6 +310,7 @@ def report(m: Any) -> t.Report:
             for j in m.journal
         ),
         journal_dropped=m.journal_dropped,
+        journal_file_lines_dropped=m.journal_file_lines_dropped,
         checkpoints=tuple(checkpoint(c) for c in m.checkpoints),
     )
 

@@ -318,6 +318,8 @@ class CommandRecord:
     oom_killed: bool
     cancelled: bool
     duration: float
+    #: The service stopped while it ran: its result is unknown.
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -387,6 +389,8 @@ class Report:
     journal: tuple[JournalEntry, ...]
     journal_dropped: int
     checkpoints: tuple[Checkpoint, ...]
+    #: Lines dropped from the journal files at their size ceiling.
+    journal_file_lines_dropped: int = 0
 
 
 @dataclass(frozen=True)

@@ -205,7 +205,7 @@ class GetSessionReportRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., planned_files: _Optional[_Iterable[str]] = ..., verification_command: _Optional[str] = ...) -> None: ...
 
 class SessionReport(_message.Message):
-    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "checkpoints")
+    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +217,7 @@ class SessionReport(_message.Message):
     VERIFICATION_FIELD_NUMBER: _ClassVar[int]
     JOURNAL_FIELD_NUMBER: _ClassVar[int]
     JOURNAL_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_FILE_LINES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     files_written: _containers.RepeatedCompositeFieldContainer[FileWrite]
@@ -229,8 +230,9 @@ class SessionReport(_message.Message):
     verification: Verification
     journal: _containers.RepeatedCompositeFieldContainer[JournalEntry]
     journal_dropped: int
+    journal_file_lines_dropped: int
     checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
-    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
 
 class FileWrite(_message.Message):
     __slots__ = ("seq", "tool", "path", "sha256_before", "sha256_after")
@@ -247,7 +249,7 @@ class FileWrite(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., tool: _Optional[str] = ..., path: _Optional[str] = ..., sha256_before: _Optional[str] = ..., sha256_after: _Optional[str] = ...) -> None: ...
 
 class CommandRecord(_message.Message):
-    __slots__ = ("seq", "command", "cwd", "exit_code", "timed_out", "killed_by", "oom_killed", "cancelled", "duration_ms")
+    __slots__ = ("seq", "command", "cwd", "exit_code", "timed_out", "killed_by", "oom_killed", "cancelled", "duration_ms", "interrupted")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +259,7 @@ class CommandRecord(_message.Message):
     OOM_KILLED_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
     DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    INTERRUPTED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     command: str
     cwd: str
@@ -266,7 +269,8 @@ class CommandRecord(_message.Message):
     oom_killed: bool
     cancelled: bool
     duration_ms: int
-    def __init__(self, seq: _Optional[int] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., killed_by: _Optional[_Union[KilledBy, str]] = ..., oom_killed: _Optional[bool] = ..., cancelled: _Optional[bool] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+    interrupted: bool
+    def __init__(self, seq: _Optional[int] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., killed_by: _Optional[_Union[KilledBy, str]] = ..., oom_killed: _Optional[bool] = ..., cancelled: _Optional[bool] = ..., duration_ms: _Optional[int] = ..., interrupted: _Optional[bool] = ...) -> None: ...
 
 class RefusedCall(_message.Message):
     __slots__ = ("seq", "tool", "summary", "reason", "message")
