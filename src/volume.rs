@@ -269,7 +269,7 @@ impl Volumes {
     /// (one whose session comes back after a restart), as it left it: still
     /// mounted where the service was killed, or mounted again from its
     /// volume file where the host restarted. Blocking.
-    pub fn reopen_fresh(&self, id: &str) -> Result<Volume, Error> {
+    pub fn reopen_fresh(&self, id: &str, quota: Quota) -> Result<Volume, Error> {
         check_id(id)?;
         let inner = &self.inner;
         let mut volume = Volume {
@@ -287,32 +287,12 @@ impl Volumes {
         };
         let gone =
             |e: &dyn std::fmt::Display| Error::Gone(format!("{}: {e}", volume.path.display()));
-        let root = volume.open_root().map_err(|e| gone(&e))?;
         if volume.kind == Kind::Filesystem {
-            let parent = rustix::fs::fstat(&inner.workspaces.fd).map_err(|e| gone(&e))?;
-            let here = rustix::fs::fstat(&root).map_err(|e| gone(&e))?;
-            if here.st_dev == parent.st_dev {
-                // Not mounted any more (the host restarted): mount its
-                // volume file again, as it was first mounted. ext4 replays
-                // its own journal.
-                drop(root);
-                let image = inner.images.path.join(format!("{id}.img"));
-                if !image.exists() {
-                    return Err(gone(&"its volume file is missing"));
-                }
-                run_tool(
-                    std::process::Command::new("mount")
-                        .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
-                        .arg(&image)
-                        .arg(&volume.path),
-                )?;
+            if !volume.mount_again().map_err(|e| gone(&e))? {
+                return Err(gone(&"its volume file is missing"));
             }
-            let root = volume.open_root().map_err(|e| gone(&e))?;
-            let fs = rustix::fs::fstatvfs(&root).map_err(|e| gone(&e))?;
-            volume.quota = Some(Quota {
-                disk_bytes: fs.f_blocks * fs.f_frsize,
-                inodes: fs.f_files,
-            });
+            // The filesystem was made to this quota and enforces it.
+            volume.quota = Some(quota);
         }
         let st =
             rustix::fs::fstat(volume.open_root().map_err(|e| gone(&e))?).map_err(|e| gone(&e))?;
@@ -531,8 +511,15 @@ impl Volumes {
                     quota: None,
                     note: None,
                 };
-                // What someone may still want is moved aside, not deleted.
-                if kind == Kind::Filesystem && !volume.is_empty() {
+                // What someone may still want is moved aside, not deleted:
+                // a volume the host no longer mounts is mounted to be seen.
+                let holds_something = kind == Kind::Filesystem
+                    && match inner.can_mount.then(|| volume.mount_again()) {
+                        // A volume that cannot be looked into is kept.
+                        Some(Err(_)) => true,
+                        _ => !volume.is_empty(),
+                    };
+                if holds_something {
                     match volume.quarantine() {
                         Ok(to) => tracing::warn!(
                             volume = %volume.id,
@@ -854,6 +841,32 @@ impl Volume {
         }
     }
 
+    /// Mounts a fresh workspace's volume file at its mount point again if
+    /// it is not mounted there (the host restarted), as it was first
+    /// mounted (ext4 replays its own journal). False when there is no
+    /// volume file to mount. Blocking.
+    fn mount_again(&self) -> io::Result<bool> {
+        let inner = &self.inner;
+        let root = self.open_root()?;
+        let parent = rustix::fs::fstat(&inner.workspaces.fd)?;
+        if rustix::fs::fstat(&root)?.st_dev != parent.st_dev {
+            return Ok(true);
+        }
+        drop(root);
+        let image = inner.images.path.join(format!("{}.img", self.id));
+        if !image.exists() {
+            return Ok(false);
+        }
+        run_tool(
+            std::process::Command::new("mount")
+                .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard"])
+                .arg(&image)
+                .arg(&self.path),
+        )
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(true)
+    }
+
     /// Whether the workspace holds nothing (or cannot be read at all).
     fn is_empty(&self) -> bool {
         match self.open_root() {
@@ -919,6 +932,22 @@ impl Volume {
         };
         let _ = remove_tree_at(&inner.history.fd, std::ffi::OsStr::new(&self.id));
         Ok(inner.quarantine.path.join(name))
+    }
+
+    /// Lets go of the volume's mount and keeps everything in it: the
+    /// service stops, and the session comes back at its next start
+    /// ([`Volumes::reopen_fresh`], [`Volumes::repin`]). Blocking.
+    pub fn release(&self) -> io::Result<()> {
+        if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
+            match rustix::mount::unmount(
+                &self.path,
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            ) {
+                Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Best-effort removal on an error path.

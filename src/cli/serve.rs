@@ -282,6 +282,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.deny_writes = args.deny_writes;
     config.journal_dir = args.journal_dir;
     config.journal_max_bytes = args.journal_max_bytes;
+    config.durable = true;
     config.limits.max_file_bytes = args.max_file_bytes;
     let mut sandbox = SandboxConfig::new(&args.service_name);
     if let Some(image) = args.image {

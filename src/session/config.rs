@@ -39,6 +39,10 @@ pub struct Config {
     pub journal_dir: Option<PathBuf>,
     /// Ceiling of one session's journal files together.
     pub journal_max_bytes: u64,
+    /// Sessions outlive the service: each is recorded in the state
+    /// directory, a stop keeps them (only their containers go), and the
+    /// next start brings them back. Off for private, embedded services.
+    pub durable: bool,
     /// File tool limits.
     pub limits: Limits,
     /// Containers and commands.
@@ -240,6 +244,7 @@ impl Config {
             deny_writes: Vec::new(),
             journal_dir: None,
             journal_max_bytes: crate::journal::DEFAULT_MAX_FILE_BYTES,
+            durable: false,
             limits: Limits {
                 max_file_bytes: defaults::MAX_FILE_BYTES,
                 ..Limits::default()

@@ -212,7 +212,7 @@ fn open_workspace(
 ) -> Result<(Workspace, Volume), Error> {
     let Some(path) = path else {
         let volume = match again {
-            Some(_) => volumes.reopen_fresh(id)?,
+            Some(_) => volumes.reopen_fresh(id, quota)?,
             None => volumes.fresh(id, quota, config.sandbox.default_user)?,
         };
         return match Workspace::open(volume.path(), locks, config.limits.clone()) {

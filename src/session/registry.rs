@@ -424,6 +424,9 @@ impl Registry {
     }
 
     async fn save_record(&self, session: &Session) -> std::io::Result<()> {
+        if !self.config.durable {
+            return Ok(());
+        }
         let record = record_of(session);
         let records = self.records.clone();
         tokio::task::spawn_blocking(move || records.save(&record))
@@ -869,7 +872,10 @@ impl Registry {
         ids
     }
 
-    /// Closes every session and empties the pools (at shutdown).
+    /// Closes every session and empties the pools (at shutdown). When
+    /// sessions are durable they are only put away: their containers go,
+    /// their workspaces are let go of and kept with their records and
+    /// journals for the next start.
     pub async fn close_all(&self) {
         let pools: Vec<&Arc<Pool>> = std::iter::once(&self.pool)
             .chain(self.environment_pools.values())
@@ -883,6 +889,14 @@ impl Registry {
             pool.settled().await;
         }
         let ids: Vec<String> = self.table().keys().cloned().collect();
+        if self.config.durable {
+            let sessions: Vec<Arc<Session>> = self.table().drain().map(|(_, s)| s).collect();
+            self.token_table().clear();
+            for session in sessions {
+                put_away(&session).await;
+            }
+            return;
+        }
         for id in ids {
             let _ = self.close_session(&id).await;
         }
@@ -913,6 +927,30 @@ async fn history_of(
         scan: config.history.scan,
     };
     Ok(History::new(workspace.clone(), dir, budget, limits))
+}
+
+/// Puts a durable session away at shutdown: removes its container and
+/// lets go of its workspace's mount, keeping the workspace.
+async fn put_away(session: &Session) {
+    if let Err(e) = session.sandbox.close().await {
+        tracing::warn!(session = %session.id, error = %e, "cannot remove the session's container");
+    }
+    let volume = session
+        .volume
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    if let Some(volume) = volume {
+        match tokio::task::spawn_blocking(move || volume.release()).await {
+            Ok(Ok(())) => tracing::info!(session = %session.id, "session kept for the next start"),
+            Ok(Err(e)) => {
+                tracing::warn!(session = %session.id, error = %e, "cannot let go of the workspace's mount")
+            }
+            Err(e) => {
+                tracing::warn!(session = %session.id, error = %e, "letting go of the workspace failed")
+            }
+        }
+    }
 }
 
 /// Unmounts the session's volume (removing its workspace if the session

@@ -1,6 +1,8 @@
 //! The whole loop as a user meets it: the baseline task over gRPC, the
-//! `sandboxd demo` command, and a service killed with SIGKILL leaving
-//! nothing behind once it is back up.
+//! `sandboxd demo` command, and sessions that outlive their service: a
+//! service killed with SIGKILL mid-command, over and over, brings every
+//! session back with its files and journal, leaks no container and deletes
+//! no workspace; what no session owns any more is quarantined, not deleted.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,6 +99,15 @@ struct Served {
 
 impl Served {
     async fn start(service: &str, workspaces: &std::path::Path, pool: usize) -> Served {
+        Self::start_with(service, workspaces, pool, &[]).await
+    }
+
+    async fn start_with(
+        service: &str,
+        workspaces: &std::path::Path,
+        pool: usize,
+        extra: &[&str],
+    ) -> Served {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -112,6 +123,7 @@ impl Served {
             .args(["--pool-size", &pool.to_string(), "--no-token"])
             .arg("--state-dir")
             .arg(workspaces.join("state"))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -119,19 +131,18 @@ impl Served {
         let addr = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
+            // Serving (a call answered) comes after the sessions are back
+            // and the startup sweep is done.
             if let Ok(ch) = tonic::transport::Channel::from_shared(addr.clone())
                 .unwrap()
                 .connect()
                 .await
-            {
-                let mut health = tonic_health::pb::health_client::HealthClient::new(ch);
-                if health
-                    .check(tonic_health::pb::HealthCheckRequest::default())
+                && SandboxClient::new(ch)
+                    .list_sessions(pb::ListSessionsRequest {})
                     .await
                     .is_ok()
-                {
-                    break;
-                }
+            {
+                break;
             }
             assert!(Instant::now() < deadline, "sandboxd serve did not come up");
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -182,84 +193,225 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-#[tokio::test]
-async fn sigkilled_service_leaves_nothing_once_restarted() {
-    common::prepare_host();
-    let service = format!(
-        "sandboxd-test-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..10]
-    );
-    let label = format!("sandboxd.service={service}");
-    let _cleanup = RemoveOnDrop(label.clone());
-    let workspaces = tempfile::tempdir().unwrap();
-    // The first instance keeps a warm container too: it must not leak either.
-    let mut first = Served::start(&service, workspaces.path(), 1).await;
-    let session = first
-        .client()
-        .await
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!session.container_id.is_empty());
-    assert!(containers_labelled(&label).contains(&session.container_id));
-    // A tree far deeper than any recursion could survive is left behind.
-    let deep = "python3 -c 'import os\nfor _ in range(30000):\n    os.mkdir(\"d\"); os.chdir(\"d\")\nprint(\"deep\")'";
-    let ran = common::run(&first.client().await, &session.session_id, deep, 120_000).await;
-    assert_eq!(ran.stdout(), "deep\n", "{}", ran.stderr());
-    // Wait for the pool to refill, so a warm container is there to leak.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while containers_labelled(&label).len() < 2 {
-        assert!(Instant::now() < deadline, "the pool did not refill");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // SIGKILL: no chance to clean up.
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
-    assert_eq!(
-        containers_labelled(&label).len(),
-        2,
-        "the kill left the session's and the warm container behind"
-    );
-    assert!(std::path::Path::new(&session.workspace_path).exists());
+/// Unmounts what a test leaves, also when it fails half-way.
+struct Unmount(std::path::PathBuf);
 
-    let second = Served::start(&service, workspaces.path(), 0).await;
-    assert!(
-        containers_labelled(&label).is_empty(),
-        "restart did not remove the leaked container"
-    );
-    assert!(
-        !std::path::Path::new(&session.workspace_path).exists(),
-        "stale workspace kept"
-    );
-    assert_eq!(
-        common::mounts_under(workspaces.path()),
-        Vec::<String>::new(),
-        "stale workspace mounts kept"
-    );
-    // The new instance works, and a clean stop removes its own container.
-    let mut c = second.client().await;
-    let s = c
-        .create_session(pb::CreateSessionRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(containers_labelled(&label), [s.container_id]);
-    second.sigterm_and_wait().await;
-    assert!(containers_labelled(&label).is_empty());
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        common::unmount_under(&self.0);
+    }
 }
 
-/// A killed service's workspaces are removed at the next start even while
-/// the engine is down: no mount or volume outlives its instance.
-#[tokio::test]
-async fn stale_workspaces_are_removed_even_without_docker() {
-    /// Unmounts what the test leaves, also when it fails half-way.
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            common::unmount_under(&self.0);
+fn service_name() -> String {
+    format!(
+        "sandboxd-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
+}
+
+/// Starts `command` in `session` and returns once it runs (its `started`
+/// event came), leaving the stream open.
+async fn start_command(
+    c: &mut common::Client,
+    session: &str,
+    command: &str,
+) -> tonic::Streaming<pb::RunCommandEvent> {
+    let mut stream = c
+        .run_command(common::run_req(session, command, 600_000))
+        .await
+        .unwrap()
+        .into_inner();
+    loop {
+        let ev = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("the command started");
+        if let Some(pb::run_command_event::Event::Started(_)) = ev.event {
+            return stream;
         }
     }
+}
+
+async fn report(c: &mut common::Client, session: &str) -> pb::SessionReport {
+    c.get_session_report(pb::GetSessionReportRequest {
+        session_id: session.to_string(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// Ids of the sessions the service lists.
+async fn listed(c: &mut common::Client) -> Vec<String> {
+    let mut ids: Vec<String> = c
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_survive_twenty_kills_mid_command() {
+    const CYCLES: usize = 20;
+    const SESSIONS: usize = 3;
+    common::prepare_host();
+    let service = service_name();
+    let label = format!("sandboxd.service={service}");
+    let _cleanup = RemoveOnDrop(label.clone());
+    let base = tempfile::tempdir().unwrap();
+    let _unmount = Unmount(base.path().join("state"));
+    // A warm container too: it must not leak either.
+    let mut served = Served::start(&service, base.path(), 1).await;
+    let mut c = served.client().await;
+    let mut sessions = Vec::new();
+    for i in 0..SESSIONS {
+        let s = c
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        std::fs::write(
+            std::path::Path::new(&s.workspace_path).join("important.txt"),
+            format!("session {i}\n"),
+        )
+        .unwrap();
+        sessions.push(s);
+    }
+    let mut ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
+    ids.sort();
+    for cycle in 0..CYCLES {
+        let s = &sessions[cycle % SESSIONS];
+        // A file written through the service, then a command cut short.
+        c.create_file(pb::CreateFileRequest {
+            session_id: s.session_id.clone(),
+            path: format!("cycle-{cycle}.txt"),
+            content: format!("{cycle}\n"),
+        })
+        .await
+        .unwrap();
+        let stream = start_command(
+            &mut c,
+            &s.session_id,
+            &format!("echo {cycle} > ran-{cycle}.txt; sleep 600"),
+        )
+        .await;
+        // Killed once the command has done something.
+        let ran = std::path::Path::new(&s.workspace_path).join(format!("ran-{cycle}.txt"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::read_to_string(&ran).unwrap_or_default().is_empty() {
+            assert!(Instant::now() < deadline, "the command did not run");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        served.child.kill().unwrap();
+        served.child.wait().unwrap();
+        drop(stream);
+        let left = containers_labelled(&label);
+        assert!(
+            !left.is_empty(),
+            "the kill left containers behind, for the restart to remove"
+        );
+        served = Served::start(&service, base.path(), usize::from(cycle % 2 == 0)).await;
+        c = served.client().await;
+        // Every session is back, with the same id.
+        assert_eq!(listed(&mut c).await, ids, "cycle {cycle}");
+        // Nothing of the dead instance runs on: its containers are gone
+        // (the pool may have warmed a new one already).
+        let now = containers_labelled(&label);
+        let survived: Vec<&String> = left.iter().filter(|id| now.contains(id)).collect();
+        assert!(
+            survived.is_empty(),
+            "cycle {cycle}: containers of a dead instance survived: {survived:?}"
+        );
+        // The interrupted command is journaled as such, its effect kept.
+        let r = report(&mut c, &s.session_id).await;
+        let cut: Vec<&pb::CommandRecord> = r
+            .commands
+            .iter()
+            .filter(|x| x.interrupted && x.command.starts_with(&format!("echo {cycle} ")))
+            .collect();
+        assert_eq!(cut.len(), 1, "cycle {cycle}: {:?}", r.commands);
+        assert_eq!(cut[0].exit_code, -1);
+        let ws = std::path::Path::new(&s.workspace_path);
+        assert_eq!(
+            std::fs::read_to_string(ws.join(format!("ran-{cycle}.txt"))).unwrap(),
+            format!("{cycle}\n")
+        );
+    }
+    // Every file of every session is intact: 0 workspaces deleted.
+    for (i, s) in sessions.iter().enumerate() {
+        let ws = std::path::Path::new(&s.workspace_path);
+        assert_eq!(
+            std::fs::read_to_string(ws.join("important.txt")).unwrap(),
+            format!("session {i}\n")
+        );
+        for cycle in (i..CYCLES).step_by(SESSIONS) {
+            let read = c
+                .read_file(common::read_req(
+                    &s.session_id,
+                    &format!("cycle-{cycle}.txt"),
+                ))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(read.content, format!("{cycle}\n"));
+        }
+        // The next command runs, in a fresh container.
+        let ran = run(&c, &s.session_id, "cat important.txt", 60_000).await;
+        assert_eq!(ran.stdout(), format!("session {i}\n"));
+        // The session's token survived too.
+        assert_eq!(
+            c.get_session(pb::GetSessionRequest {
+                session_id: s.session_id.clone()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session_id,
+            s.session_id
+        );
+    }
+    // A clean stop keeps the sessions too (only their containers go), and
+    // closing one then removes its workspace.
+    served.sigterm_and_wait().await;
+    assert!(containers_labelled(&label).is_empty());
+    let served = Served::start(&service, base.path(), 0).await;
+    let mut c = served.client().await;
+    assert_eq!(listed(&mut c).await, ids);
+    for s in &sessions {
+        c.close_session(pb::CloseSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .unwrap();
+        assert!(!std::path::Path::new(&s.workspace_path).exists());
+    }
+    served.sigterm_and_wait().await;
+    assert!(containers_labelled(&label).is_empty());
+    assert_eq!(common::mounts_under(base.path()), Vec::<String>::new());
+    let state = base.path().join("state");
+    assert_eq!(
+        std::fs::read_dir(state.join("sessions")).unwrap().count(),
+        0
+    );
+    assert_eq!(
+        std::fs::read_dir(state.join("quarantine")).unwrap().count(),
+        0
+    );
+}
+
+/// A killed service's sessions come back even while the engine is down;
+/// a workspace whose record is gone is quarantined if it holds anything
+/// and removed if it holds nothing, never deleted with files in it.
+#[tokio::test]
+async fn sessions_come_back_without_docker_and_orphans_are_quarantined() {
     let base = tempfile::tempdir().unwrap();
     let state = base.path().join("state");
     let _unmount = Unmount(state.clone());
@@ -279,48 +431,163 @@ async fn stale_workspaces_are_removed_even_without_docker() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut first = start(port);
     let addr = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut client = loop {
-        if let Ok(c) = SandboxClient::connect(addr.clone()).await {
-            break c;
+    let serving = |addr: String| async move {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(mut c) = SandboxClient::connect(addr.clone()).await
+                && c.list_sessions(pb::ListSessionsRequest {}).await.is_ok()
+            {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "the service did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(Instant::now() < deadline, "the service did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let s = client
+    let mut first = start(port);
+    let mut client = serving(addr.clone()).await;
+    let mut make = async || {
+        client
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+    };
+    let kept = make().await;
+    let orphan = make().await;
+    let empty_orphan = make().await;
+    std::fs::write(std::path::Path::new(&kept.workspace_path).join("f"), "x").unwrap();
+    std::fs::write(std::path::Path::new(&orphan.workspace_path).join("g"), "y").unwrap();
+    assert_eq!(common::mounts_under(&state).len(), 3);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Two records lost (say, the disk failed): their workspaces are orphans.
+    for s in [&orphan, &empty_orphan] {
+        std::fs::remove_file(state.join(format!("sessions/{}.json", s.session_id))).unwrap();
+    }
+    // And the host restarted: nothing is mounted any more.
+    common::unmount_under(&state);
+    let mut second = start(port);
+    let mut c = serving(addr.clone()).await;
+    let listed = c
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].session_id, kept.session_id);
+    assert!(
+        listed[0].notes.iter().any(|n| n.contains("restarted")),
+        "{:?}",
+        listed[0].notes
+    );
+    // Mounted again from its volume file, with its quota.
+    let read = c
+        .read_file(common::read_req(&kept.session_id, "f"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.content, "x");
+    assert_eq!(common::mounts_under(&state).len(), 1);
+    assert_eq!(
+        listed[0].limits.unwrap().disk_bytes,
+        kept.limits.unwrap().disk_bytes
+    );
+    // The orphan with a file is in the quarantine, whole; the empty one is gone.
+    let quarantined: Vec<String> = std::fs::read_dir(state.join("quarantine"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+    assert!(
+        quarantined[0].starts_with(&orphan.session_id),
+        "{quarantined:?}"
+    );
+    let img = state.join("quarantine").join(&quarantined[0]);
+    let look = base.path().join("look");
+    std::fs::create_dir(&look).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-o", "loop,ro"])
+        .arg(&img)
+        .arg(&look)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let g = std::fs::read_to_string(look.join("g"));
+    let _ = Command::new("umount").arg(&look).status();
+    assert_eq!(g.unwrap(), "y");
+    assert!(!std::path::Path::new(&empty_orphan.workspace_path).exists());
+    let images: Vec<_> = std::fs::read_dir(state.join("volumes")).unwrap().collect();
+    assert_eq!(
+        images.len(),
+        1,
+        "only the kept session's volume file is left"
+    );
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
+
+/// Two instances on one engine under the same name, with state directories
+/// of their own, never remove each other's containers; two on one state
+/// directory cannot both run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_are_told_apart_by_a_liveness_mark_not_by_name() {
+    common::prepare_host();
+    let service = service_name();
+    let label = format!("sandboxd.service={service}");
+    let _cleanup = RemoveOnDrop(label.clone());
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let _unmount = (
+        Unmount(a_dir.path().join("state")),
+        Unmount(b_dir.path().join("state")),
+    );
+    let a = Served::start(&service, a_dir.path(), 0).await;
+    let mut ca = a.client().await;
+    let sa = ca
         .create_session(pb::CreateSessionRequest::default())
         .await
         .unwrap()
         .into_inner();
-    std::fs::write(std::path::Path::new(&s.workspace_path).join("f"), "x").unwrap();
-    assert_eq!(common::mounts_under(&state).len(), 1);
-    first.kill().unwrap();
-    first.wait().unwrap();
-    assert_eq!(
-        common::mounts_under(&state).len(),
-        1,
-        "SIGKILL left it mounted"
-    );
-    let mut second = start(port);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // Serving (a call answered) comes after the startup sweep.
-    loop {
-        if let Ok(mut c) = SandboxClient::connect(addr.clone()).await
-            && c.list_sessions(pb::ListSessionsRequest {}).await.is_ok()
-        {
-            break;
-        }
+    let ran = run(&ca, &sa.session_id, "echo a", 60_000).await;
+    assert_eq!(ran.stdout(), "a\n");
+    let a_containers = containers_labelled(&label);
+    assert_eq!(a_containers.len(), 1);
+    // A second instance with the same name starts, and sweeps at start.
+    let b = Served::start(&service, b_dir.path(), 1).await;
+    for id in &a_containers {
         assert!(
-            Instant::now() < deadline,
-            "the service did not come up again"
+            containers_labelled(&label).contains(id),
+            "b removed a's container"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(common::mounts_under(&state).is_empty());
-    assert!(!std::path::Path::new(&s.workspace_path).exists());
-    assert_eq!(std::fs::read_dir(state.join("volumes")).unwrap().count(), 0);
-    second.kill().unwrap();
-    second.wait().unwrap();
+    let ran = run(&ca, &sa.session_id, "echo still", 60_000).await;
+    assert_eq!(ran.stdout(), "still\n");
+    // A third on a's state directory is refused while a lives.
+    let third = Command::new(SANDBOXD)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--no-token",
+            "--service-name",
+            &service,
+        ])
+        .arg("--state-dir")
+        .arg(a_dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!third.status.success());
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(stderr.contains("another sandboxd instance"), "{stderr}");
+    b.sigterm_and_wait().await;
+    // b's clean stop took only its own containers.
+    for id in &a_containers {
+        assert!(
+            containers_labelled(&label).contains(id),
+            "b's stop removed a's container"
+        );
+    }
+    a.sigterm_and_wait().await;
+    assert!(containers_labelled(&label).is_empty());
 }
