@@ -541,6 +541,14 @@ impl Registry {
             let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
                 .await
                 .map_err(Error::CreateWorkspace)?;
+            // Its pictures were in the earlier instance's memory: the
+            // changes since the start can no longer be told truly.
+            history
+                .lose_baseline(
+                    "the service restarted, and the pictures of the workspace taken before it did were not kept"
+                        .into(),
+                )
+                .await;
             Ok::<_, Error>((journal, found, history))
         }
         .await;

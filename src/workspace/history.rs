@@ -221,6 +221,16 @@ impl History {
         }
     }
 
+    /// Marks the session's starting point as lost (`why`): changes since
+    /// the start are then refused with that reason rather than told from a
+    /// later point as if it were the start. Checkpoints taken from now on
+    /// work as ever.
+    pub async fn lose_baseline(&self, why: String) {
+        let mut state = self.state.lock().await;
+        state.baseline = Baseline::Failed(why);
+        self.begun.store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// A scan's turn: scans hold up to [`ScanLimits::max_depth`] directory
     /// fds, so they share the service's walk slots.
     async fn scan_turn(

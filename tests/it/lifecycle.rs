@@ -378,6 +378,49 @@ async fn sessions_survive_twenty_kills_mid_command() {
             s.session_id
         );
     }
+    // The pictures of the workspace lived in the dead instance's memory:
+    // changes since the start are refused as such, never told from the
+    // restart as if it were the start; a checkpoint taken now works.
+    let s = &sessions[0];
+    let since_start = c
+        .get_changes(pb::GetChangesRequest {
+            session_id: s.session_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(common::reason(&since_start), "NO_STARTING_POINT");
+    assert!(
+        since_start.message().contains("restarted"),
+        "{}",
+        since_start.message()
+    );
+    let cp = c
+        .create_checkpoint(pb::CreateCheckpointRequest {
+            session_id: s.session_id.clone(),
+            label: "after the restarts".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    c.create_file(pb::CreateFileRequest {
+        session_id: s.session_id.clone(),
+        path: "after.txt".into(),
+        content: "new\n".into(),
+    })
+    .await
+    .unwrap();
+    let changes = c
+        .get_changes(pb::GetChangesRequest {
+            session_id: s.session_id.clone(),
+            since_checkpoint: cp.checkpoint.unwrap().checkpoint_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let patch = String::from_utf8_lossy(&changes.patch);
+    assert!(patch.contains("after.txt"), "{patch}");
     // A clean stop keeps the sessions too (only their containers go), and
     // closing one then removes its workspace.
     served.sigterm_and_wait().await;
