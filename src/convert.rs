@@ -366,6 +366,7 @@ impl From<KilledBy> for pb::KilledBy {
             KilledBy::ProcessGroupTerm => pb::KilledBy::ProcessGroupTerm,
             KilledBy::ProcessGroupKill => pb::KilledBy::ProcessGroupKill,
             KilledBy::Container => pb::KilledBy::Container,
+            KilledBy::ContainerFailed => pb::KilledBy::ContainerFailed,
         }
     }
 }

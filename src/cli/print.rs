@@ -44,6 +44,9 @@ pub fn exit_summary(exit: &pb::CommandExit) -> String {
         pb::KilledBy::ProcessGroupTerm => ", stopped by SIGTERM to its process group".into(),
         pb::KilledBy::ProcessGroupKill => ", stopped by SIGKILL to its process group".into(),
         pb::KilledBy::Container => ", stopped by killing its container".into(),
+        pb::KilledBy::ContainerFailed => {
+            ", its container could not be killed (the engine failed; it is being removed)".into()
+        }
     };
     let timed_out = if exit.timed_out { "timed out, " } else { "" };
     let oom = if exit.oom_killed {

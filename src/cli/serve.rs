@@ -120,6 +120,12 @@ pub struct ServeArgs {
     /// Docker daemon address (default: DOCKER_HOST or the local socket).
     #[arg(long, env = "SANDBOXD_DOCKER_HOST")]
     docker_host: Option<String>,
+    /// Seconds an engine call may take to answer: an engine that takes
+    /// calls and never answers fails them in this time (a new session is
+    /// then refused with SANDBOX_UNAVAILABLE, leaving nothing behind).
+    #[arg(long, env = "SANDBOXD_ENGINE_TIMEOUT", default_value_t = sandboxd::sandbox::docker::DEFAULT_ENGINE_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    engine_timeout: u64,
     /// Image for sessions that name none (default: the built-in recipe's).
     #[arg(long, env = "SANDBOXD_IMAGE")]
     image: Option<String>,
@@ -408,7 +414,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     {
         tracing::warn!(%addr, "serving without TLS on a non-loopback address: the token travels in clear text");
     }
-    let docker = Arc::new(DockerRuntime::new(args.docker_host));
+    let docker = Arc::new(DockerRuntime::with_timeout(
+        args.docker_host,
+        Duration::from_secs(args.engine_timeout),
+    ));
     let runtime: Arc<dyn Runtime> = docker.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
     // Sessions an earlier instance left open come back before anything is
@@ -482,6 +491,12 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     .await;
     if let Some(path) = socket_file {
         let _ = std::fs::remove_file(path);
+    }
+    // Containers the engine failed to remove are tried once more; what is
+    // still there is removed by the next start over this state directory.
+    let left = docker.finish_removals(Duration::from_secs(5)).await;
+    if !left.is_empty() {
+        tracing::error!(containers = ?left, "the engine did not remove these containers; the next start removes them");
     }
     // The token dies with this instance: a client must never find a stale
     // one and hand it to whoever takes the port next.

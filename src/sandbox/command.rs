@@ -54,6 +54,10 @@ pub enum KilledBy {
     ProcessGroupKill,
     /// The container was killed (the session gets a fresh one).
     Container,
+    /// The container was to be killed as the hard stop and the engine
+    /// failed to: it is not forgotten (its removal is retried until it is
+    /// gone), and the session gets a fresh one.
+    ContainerFailed,
 }
 
 /// The final result of a command.

@@ -2,8 +2,17 @@
 //! module that talks to Docker. The client negotiates the API version with
 //! the daemon on first use (the engine here speaks 1.41), so a daemon that
 //! is down at startup is picked up once it answers.
+//!
+//! Every call has a deadline ([`DEFAULT_ENGINE_TIMEOUT`], or the one given):
+//! an engine that takes a call and never answers fails it in bounded time
+//! ([`Error::EngineTimeout`]); only the import of the default image, whose
+//! answer comes after its whole upload, has a long one. A container the
+//! engine fails to remove is kept in a list and removal retried, with
+//! growing pauses, until the engine removes it: it is never forgotten.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
@@ -21,52 +30,136 @@ use super::build::{self, BuildMessage, BuildSpec, BuildStream, ImageInfo};
 use super::image;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
-/// Seconds a Docker API request may take to answer (streams are not limited).
-const REQUEST_TIMEOUT_SECS: u64 = 120;
+/// How long an engine call may take to answer by default (streams, once
+/// answered, are not limited).
+pub const DEFAULT_ENGINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the import of the default image may take: its answer comes
+/// only after the whole rootfs is uploaded.
+const IMPORT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Longest pause between two tries at removing a container.
+const RETRY_MAX_PAUSE: Duration = Duration::from_secs(15);
 
 /// Docker via its Engine API.
 #[derive(Debug)]
 pub struct DockerRuntime {
     host: Option<String>,
-    client: OnceCell<Docker>,
+    timeout: Duration,
+    client: Arc<OnceCell<Docker>>,
     build: Mutex<()>,
+    /// Containers whose removal failed, retried until they are gone.
+    doomed: Arc<std::sync::Mutex<BTreeSet<String>>>,
+    /// The task retrying them runs.
+    retrying: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DockerRuntime {
     /// A runtime for the daemon at `host` (`unix:///path`, `tcp://...`), or
-    /// the local default (`DOCKER_HOST`, else /var/run/docker.sock).
-    /// Connecting happens on first use.
+    /// the local default (`DOCKER_HOST`, else /var/run/docker.sock), with
+    /// the default deadline on every call. Connecting happens on first use.
     pub fn new(host: Option<String>) -> DockerRuntime {
+        Self::with_timeout(host, DEFAULT_ENGINE_TIMEOUT)
+    }
+
+    /// [`DockerRuntime::new`] with `timeout` as every call's deadline.
+    pub fn with_timeout(host: Option<String>, timeout: Duration) -> DockerRuntime {
         DockerRuntime {
             host,
-            client: OnceCell::new(),
+            timeout: timeout.max(Duration::from_secs(1)),
+            client: Arc::default(),
             build: Mutex::new(()),
+            doomed: Arc::default(),
+            retrying: Arc::default(),
         }
+    }
+
+    /// Every call's deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     async fn client(&self) -> Result<&Docker, Error> {
         self.client
-            .get_or_try_init(|| async {
-                let docker = match self.host.as_deref() {
-                    Some(h) if h.starts_with("unix://") => Docker::connect_with_unix(
-                        h,
-                        REQUEST_TIMEOUT_SECS,
-                        bollard::API_DEFAULT_VERSION,
-                    ),
-                    Some(h) => Docker::connect_with_http(
-                        h,
-                        REQUEST_TIMEOUT_SECS,
-                        bollard::API_DEFAULT_VERSION,
-                    ),
-                    None => Docker::connect_with_local_defaults(),
-                }
-                .map_err(|e| Error::Connect(e.to_string()))?;
-                docker
-                    .negotiate_version()
-                    .await
-                    .map_err(|e| Error::Connect(e.to_string()))
-            })
+            .get_or_try_init(|| connect(self.host.as_deref(), self.timeout))
             .await
+    }
+
+    /// Keeps trying to remove `id` until the engine does (in the
+    /// background, pausing longer after each failure).
+    fn doom(&self, id: &str) {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string());
+        if self
+            .retrying
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let (doomed, retrying) = (Arc::clone(&self.doomed), Arc::clone(&self.retrying));
+        let (cell, host, timeout) = (Arc::clone(&self.client), self.host.clone(), self.timeout);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(500);
+            loop {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX_PAUSE);
+                let Ok(docker) = cell
+                    .get_or_try_init(|| connect(host.as_deref(), timeout))
+                    .await
+                else {
+                    continue;
+                };
+                let ids: Vec<String> = doomed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .cloned()
+                    .collect();
+                for id in ids {
+                    if remove(&docker, &id).await.is_ok() {
+                        tracing::info!(container = %id, "a container the engine had failed to remove is removed");
+                        doomed.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                    }
+                }
+                let left = doomed.lock().unwrap_or_else(|e| e.into_inner());
+                if left.is_empty() {
+                    retrying.store(false, std::sync::atomic::Ordering::Release);
+                    return;
+                }
+                tracing::warn!(containers = ?*left, "the engine still fails to remove these containers; retrying");
+            }
+        });
+    }
+
+    /// Tries once more, within `wait`, to remove every container a removal
+    /// failed for (at shutdown); returns those still there, which the next
+    /// start over the same state directory removes.
+    pub async fn finish_removals(&self, wait: Duration) -> Vec<String> {
+        let ids: Vec<String> = self
+            .doomed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let Some(docker) = self.client.get() else {
+            return ids;
+        };
+        let mut left = Vec::new();
+        for id in ids {
+            match tokio::time::timeout(wait, remove(docker, &id)).await {
+                Ok(Ok(())) => {
+                    self.doomed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id);
+                }
+                _ => left.push(id),
+            }
+        }
+        left
     }
 
     /// Checks that the daemon answers.
@@ -160,6 +253,8 @@ impl DockerRuntime {
             .tag(&image::default_tag())
             .build();
         docker
+            .clone()
+            .with_timeout(IMPORT_TIMEOUT)
             .create_image(Some(options), Some(body), None)
             .try_collect::<Vec<_>>()
             .await
@@ -290,7 +385,40 @@ fn classify(op: fn(String) -> Error, e: DockerError) -> Error {
             status_code,
             message,
         } => op(format!("{message} (HTTP {status_code})")),
+        DockerError::RequestTimeoutError => Error::EngineTimeout,
         other => Error::Connect(other.to_string()),
+    }
+}
+
+/// A client of the engine at `host` (see [`DockerRuntime::new`]) with
+/// `timeout` on every call, its API version agreed with the engine.
+async fn connect(host: Option<&str>, timeout: Duration) -> Result<Docker, Error> {
+    let secs = timeout.as_secs();
+    let docker = match host {
+        Some(h) if h.starts_with("unix://") => {
+            Docker::connect_with_unix(h, secs, bollard::API_DEFAULT_VERSION)
+        }
+        Some(h) => Docker::connect_with_http(h, secs, bollard::API_DEFAULT_VERSION),
+        None => Docker::connect_with_local_defaults().map(|d| d.with_timeout(timeout)),
+    }
+    .map_err(|e| Error::Connect(e.to_string()))?;
+    docker
+        .negotiate_version()
+        .await
+        .map_err(|e| classify(Error::Connect, e))
+}
+
+/// Removes container `id` (force, with its anonymous volumes); a missing
+/// one, or one being removed already, is done.
+async fn remove(docker: &Docker, id: &str) -> Result<(), Error> {
+    let options = RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(e) if is_status(&e, &[404, 409]) => Ok(()),
+        Err(e) => Err(classify(Error::RemoveContainer, e)),
     }
 }
 
@@ -455,18 +583,36 @@ impl Runtime for DockerRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), Error> {
-        let docker = self.client().await?;
-        let options = RemoveContainerOptionsBuilder::new()
-            .force(true)
-            .v(true)
-            .build();
-        match docker.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_status(&e, &[404]) => Ok(()),
-            // Removal already in progress.
-            Err(e) if is_status(&e, &[409]) => Ok(()),
-            Err(e) => Err(classify(Error::RemoveContainer, e)),
+        let removed = match self.client().await {
+            Ok(docker) => remove(docker, id).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &removed {
+            tracing::warn!(container = %id, error = %e, "the engine failed to remove a container; retrying until it does");
+            self.doom(id);
         }
+        removed
+    }
+
+    fn pending_removals(&self) -> Vec<String> {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    async fn remove_all_labelled(&self, label: &str, value: &str) -> Result<usize, Error> {
+        let containers = self.containers("label", format!("{label}={value}")).await?;
+        let mut removed = 0;
+        for c in containers {
+            if let Some(id) = c.id {
+                self.remove_container(&id).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     async fn start_exec(

@@ -291,10 +291,7 @@ async fn ladder(target: &Target<'_>) -> KilledBy {
             return KilledBy::ProcessGroupKill;
         }
     }
-    if let Err(e) = rt.kill_container(container).await {
-        tracing::warn!(container, error = %e, "cannot kill container");
-    }
-    KilledBy::Container
+    crate::sandbox::hard_stop(rt, container).await
 }
 
 /// The command's process group as a host pid: the exec's main process,

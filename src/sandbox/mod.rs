@@ -45,6 +45,11 @@ pub enum Error {
     /// The engine could not be reached or refused the connection.
     #[error("the container engine is unreachable: {0}")]
     Connect(String),
+    /// The engine took the call and did not answer within its deadline.
+    #[error(
+        "the container engine took the call and did not answer within its deadline (serve --engine-timeout)"
+    )]
+    EngineTimeout,
     /// The image is not present and cannot be pulled here.
     #[error("image {image} is not present: {why}")]
     ImageMissing {
@@ -203,7 +208,20 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// Kills a container at once (SIGKILL to everything in it).
     async fn kill_container(&self, id: &str) -> Result<(), Error>;
     /// Removes a container, running or not. A missing one is not an error.
+    /// One the engine fails to remove is not forgotten: the runtime keeps
+    /// trying until it is gone (see [`Runtime::pending_removals`]).
     async fn remove_container(&self, id: &str) -> Result<(), Error>;
+    /// Containers a removal failed for and that are still being retried.
+    fn pending_removals(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Removes every container bearing `label=value` (retried like
+    /// [`Runtime::remove_container`] until the engine answers): for what an
+    /// engine may have made after the call that asked for it gave up.
+    async fn remove_all_labelled(&self, label: &str, value: &str) -> Result<usize, Error> {
+        let _ = (label, value);
+        Ok(0)
+    }
     /// Starts a process in a container; returns the exec id and its output.
     async fn start_exec(
         &self,
@@ -293,6 +311,20 @@ pub mod labels {
     pub const STATE: &str = "sandboxd.state";
 }
 
+/// The last rung of the kill ladder: kills `container`.
+/// [`KilledBy::ContainerFailed`] when the engine fails to (the container is
+/// then removed, and its removal retried until it is gone).
+pub(crate) async fn hard_stop(rt: &dyn Runtime, container: &str) -> KilledBy {
+    match rt.kill_container(container).await {
+        Ok(()) => KilledBy::Container,
+        Err(e) => {
+            tracing::error!(container, error = %e, "the hard stop failed: the engine did not kill the container");
+            let _ = rt.remove_container(container).await;
+            KilledBy::ContainerFailed
+        }
+    }
+}
+
 /// The container of one session: started on demand, replaced after a hard
 /// kill, removed with the session. Its owner is the session.
 #[derive(Debug)]
@@ -372,6 +404,7 @@ impl Started {
             (Some(before), Some(after)) => after > before,
             // The cgroup went with the container.
             _ if report.killed_by == KilledBy::Container => rt.died_of_oom(&container).await,
+            _ if report.killed_by == KilledBy::ContainerFailed => false,
             _ => false,
         };
         report.pids_exhausted = matches!(
@@ -586,7 +619,7 @@ impl Sandbox {
             }),
             // The container may have died under us (killed from outside):
             // start a fresh one once and retry.
-            Err(e) if !matches!(e, Error::Connect(_)) => {
+            Err(e) if !matches!(e, Error::Connect(_) | Error::EngineTimeout) => {
                 tracing::warn!(container = %container, error = %e, "exec failed; replacing the container");
                 self.discard(&container).await;
                 let container = self.ensure().await?;
@@ -667,7 +700,10 @@ impl Sandbox {
     /// Bookkeeping after a command ended: a container killed as the hard
     /// stop is replaced before the next command.
     pub async fn finished(&self, container: &str, report: &ExitReport) {
-        if report.killed_by == KilledBy::Container {
+        if matches!(
+            report.killed_by,
+            KilledBy::Container | KilledBy::ContainerFailed
+        ) {
             self.discard(container).await;
         }
     }

@@ -73,6 +73,12 @@ pub enum Error {
     /// The requested policy does not compile.
     #[error(transparent)]
     InvalidPolicy(#[from] InvalidRules),
+    /// The caller gave up before the session was opened.
+    #[error("the caller went away before the session was opened")]
+    CallerGone,
+    /// The engine did not start the session's container in time.
+    #[error("the session's container could not be started: {0}")]
+    NotStarted(crate::sandbox::Error),
     /// The session's record cannot be kept in the state directory.
     #[error("cannot record the session: {0}")]
     Record(io::Error),

@@ -1171,6 +1171,23 @@ fn session_status(err: &session::Error) -> Described {
             ),
             &[],
         ),
+        S::CallerGone => status(
+            Code::Cancelled,
+            reason::TRANSPORT,
+            "The call was cancelled before the session was opened; nothing of it was kept."
+                .to_string(),
+            &[],
+        ),
+        S::NotStarted(e) => status(
+            Code::Unavailable,
+            reason::SANDBOX_UNAVAILABLE,
+            format!(
+                "The container engine did not answer in time ({e}). No session was created, and \
+                 what the engine may still make for it is removed once it answers. Retry later; \
+                 the operator should check the engine (`docker info`)."
+            ),
+            &[],
+        ),
         S::Record(e) => status(
             Code::Internal,
             reason::IO_ERROR,
@@ -1474,6 +1491,7 @@ fn sandbox_status(err: &sandbox::Error) -> Described {
             &[("image", image.clone())],
         ),
         e @ (X::Connect(_)
+        | X::EngineTimeout
         | X::LinkLost
         | X::BuildImage { .. }
         | X::Images(_)

@@ -221,8 +221,27 @@ impl Registry {
 
     /// Opens a session and starts its container. If the engine is
     /// unreachable the session still opens (file tools work) and its
-    /// `sandbox_status` says why commands cannot run yet.
-    pub async fn create(&self, req: NewSession) -> Result<Info, failure::Error> {
+    /// `sandbox_status` says why commands cannot run yet; if it takes the
+    /// calls and does not answer in time, no session is opened. The work is
+    /// done apart from the caller: a caller that gives up (its call
+    /// cancelled, its deadline passed) leaves nothing behind, however far
+    /// the opening had got.
+    pub async fn create(self: &Arc<Self>, req: NewSession) -> Result<Info, failure::Error> {
+        let caller = tokio_util::sync::CancellationToken::new();
+        let _gone_when_dropped = caller.clone().drop_guard();
+        let this = Arc::clone(self);
+        tokio::spawn(async move { this.open(req, caller).await })
+            .await
+            .map_err(|e| {
+                Error::CreateWorkspace(std::io::Error::other(format!("the opening failed: {e}")))
+            })?
+    }
+
+    async fn open(
+        &self,
+        req: NewSession,
+        caller: tokio_util::sync::CancellationToken,
+    ) -> Result<Info, failure::Error> {
         if self.table().len() >= self.config.max_sessions {
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
@@ -379,7 +398,7 @@ impl Registry {
         // Checked again under the lock: other creates ran while we worked.
         let admitted = {
             let mut table = self.table();
-            let admitted = table.len() < self.config.max_sessions;
+            let admitted = table.len() < self.config.max_sessions && !caller.is_cancelled();
             if admitted {
                 table.insert(session.id.clone(), Arc::clone(&session));
                 self.token_table().insert(token_hash, session.id.clone());
@@ -390,18 +409,34 @@ impl Registry {
             let _ = session.sandbox.close().await;
             remove_volume(&session).await;
             self.forget(&session.id).await;
+            if caller.is_cancelled() {
+                return Err(Error::CallerGone.into());
+            }
             return Err(Error::TooMany {
                 limit: self.config.max_sessions,
             }
             .into());
         }
-        match session.sandbox.ensure().await {
+        let ensured = session.sandbox.ensure().await;
+        if caller.is_cancelled() {
+            tracing::info!(session = %session.id, "the caller gave up while the session opened; it is closed");
+            self.abandon(&session.id);
+            return Err(Error::CallerGone.into());
+        }
+        match ensured {
             Ok(_) => {}
             Err(
                 e @ (sandbox::Error::ImageMissing { .. } | sandbox::Error::ImageUnusable { .. }),
             ) => {
                 let _ = self.close_session(&session.id).await;
                 return Err(e.into());
+            }
+            // The engine took the calls and did not answer: what it made
+            // meanwhile is removed once it does.
+            Err(e @ sandbox::Error::EngineTimeout) => {
+                tracing::warn!(session = %session.id, error = %e, "the engine does not answer; the session is not opened");
+                self.abandon(&session.id);
+                return Err(Error::NotStarted(e).into());
             }
             Err(e) => {
                 tracing::warn!(session = %session.id, error = %e, "session opened without a container");
@@ -421,6 +456,52 @@ impl Registry {
         tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
         info.session_token = Some(token);
         Ok(info)
+    }
+
+    /// Drops a session that never opened: out of the table at once (it is
+    /// not counted, its token admits nothing), its container, workspace
+    /// and record removed in the background, where a hung engine can hold
+    /// up nobody.
+    fn abandon(&self, id: &str) {
+        let Some(session) = self.table().remove(id) else {
+            return;
+        };
+        self.token_table().remove(&session.token_hash);
+        let (records, journals) = (self.records.clone(), self.journals.clone());
+        let keep_journal = self.journal_dir.is_some();
+        tokio::spawn(async move {
+            let _ = session.sandbox.close().await;
+            remove_volume(&session).await;
+            let _ = records.remove(&session.id);
+            if !keep_journal {
+                Journal::remove_files(&session.id, &journals);
+            }
+        });
+        self.remove_leftovers(id);
+    }
+
+    /// Removes, in the background and as soon as the engine answers, every
+    /// container of session `id` (one the engine made after its caller gave
+    /// up is known by its labels only).
+    fn remove_leftovers(&self, id: &str) {
+        let (runtime, id) = (Arc::clone(&self.runtime), id.to_string());
+        tokio::spawn(async move {
+            let mut pause = std::time::Duration::from_millis(500);
+            loop {
+                match runtime.remove_all_labelled(labels::SESSION, &id).await {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        tracing::info!(session = %id, removed = n, "removed what the engine made for a session that never opened");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(session = %id, error = %e, "cannot reach the engine yet")
+                    }
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(15));
+            }
+        });
     }
 
     async fn save_record(&self, session: &Session) -> std::io::Result<()> {

@@ -18,6 +18,7 @@ mod confinement;
 mod deep_tree;
 mod edit_cost;
 mod edit_file;
+mod engine_faults;
 mod environments;
 mod escapes;
 mod hostile;

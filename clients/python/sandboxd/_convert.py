@@ -13,6 +13,7 @@ _KILLED_BY: dict[int, t.KilledBy] = {
     pb.KILLED_BY_PROCESS_GROUP_TERM: t.KilledBy.PROCESS_GROUP_TERM,
     pb.KILLED_BY_PROCESS_GROUP_KILL: t.KilledBy.PROCESS_GROUP_KILL,
     pb.KILLED_BY_CONTAINER: t.KilledBy.CONTAINER,
+    pb.KILLED_BY_CONTAINER_FAILED: t.KilledBy.CONTAINER_FAILED,
 }
 _ENTRY_KIND: dict[int, t.EntryKind] = {
     pb.DirEntry.KIND_FILE: t.EntryKind.FILE,

@@ -26,6 +26,8 @@ class KilledBy(_NamedEnum):
     PROCESS_GROUP_TERM = "process_group_term"  #: SIGTERM to its process group
     PROCESS_GROUP_KILL = "process_group_kill"  #: SIGKILL to its process group
     CONTAINER = "container"  #: the container was killed (the next command gets a fresh one)
+    #: the engine failed to kill the container; it is removed when the engine answers
+    CONTAINER_FAILED = "container_failed"
     UNKNOWN = "unknown"
 
 

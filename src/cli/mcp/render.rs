@@ -166,6 +166,7 @@ pub fn exit_json(exit: &pb::CommandExit) -> Value {
         pb::KilledBy::ProcessGroupTerm => "process_group_term",
         pb::KilledBy::ProcessGroupKill => "process_group_kill",
         pb::KilledBy::Container => "container",
+        pb::KilledBy::ContainerFailed => "container_failed",
     };
     json!({
         "exit_code": exit.exit_code,

@@ -140,6 +140,7 @@ impl From<KilledBy> for u32 {
             KilledBy::ProcessGroupTerm => 1,
             KilledBy::ProcessGroupKill => 2,
             KilledBy::Container => 3,
+            KilledBy::ContainerFailed => 4,
         }
     }
 }
@@ -153,6 +154,7 @@ impl TryFrom<u32> for KilledBy {
             1 => Ok(KilledBy::ProcessGroupTerm),
             2 => Ok(KilledBy::ProcessGroupKill),
             3 => Ok(KilledBy::Container),
+            4 => Ok(KilledBy::ContainerFailed),
             other => Err(UnknownRung(other)),
         }
     }

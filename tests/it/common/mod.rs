@@ -146,6 +146,18 @@ impl TestServer {
         Self::build(builder, tweak).await
     }
 
+    /// A server in `mode` over `docker` (an engine reached another way,
+    /// e.g. through a proxy), its configuration changed by `tweak`. The
+    /// default image is built first through the real engine.
+    pub async fn over_engine(
+        docker: Arc<DockerRuntime>,
+        mode: Mode,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        let builder = Self::docker_builder(mode).await.docker(docker);
+        Self::build(builder, tweak).await
+    }
+
     async fn docker_builder(mode: Mode) -> local::Builder {
         prepare_host();
         let docker = Arc::new(DockerRuntime::new(None));

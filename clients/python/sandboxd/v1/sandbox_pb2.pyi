@@ -13,6 +13,7 @@ class KilledBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KILLED_BY_PROCESS_GROUP_TERM: _ClassVar[KilledBy]
     KILLED_BY_PROCESS_GROUP_KILL: _ClassVar[KilledBy]
     KILLED_BY_CONTAINER: _ClassVar[KilledBy]
+    KILLED_BY_CONTAINER_FAILED: _ClassVar[KilledBy]
 
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -40,6 +41,7 @@ KILLED_BY_NONE: KilledBy
 KILLED_BY_PROCESS_GROUP_TERM: KilledBy
 KILLED_BY_PROCESS_GROUP_KILL: KilledBy
 KILLED_BY_CONTAINER: KilledBy
+KILLED_BY_CONTAINER_FAILED: KilledBy
 CHANGE_KIND_UNSPECIFIED: ChangeKind
 CHANGE_KIND_ADDED: ChangeKind
 CHANGE_KIND_MODIFIED: ChangeKind

@@ -98,9 +98,11 @@ impl Supervised {
         let report = match exit {
             Ok((exit, killed_by)) => {
                 // The group survived SIGKILL: only the container stops it.
-                if killed_by == KilledBy::Container {
-                    self.kill_container().await;
-                }
+                let killed_by = if killed_by == KilledBy::Container {
+                    self.kill_container().await
+                } else {
+                    killed_by
+                };
                 let mut stderr: Captured = exit.stderr.unwrap_or_default().into();
                 if !exit.spawn_error.is_empty() {
                     stderr.text.push_str(&exit.spawn_error);
@@ -119,12 +121,12 @@ impl Supervised {
                 }
             }
             Err(note) => {
-                self.kill_container().await;
+                let killed_by = self.kill_container().await;
                 ExitReport {
                     exit_code: -1,
                     timed_out: self.started.elapsed() >= self.spec.timeout,
                     cancelled,
-                    killed_by: KilledBy::Container,
+                    killed_by,
                     oom_killed: false,
                     pids_exhausted: false,
                     notes: vec![note.to_string()],
@@ -137,10 +139,10 @@ impl Supervised {
         (report, client_gone)
     }
 
-    async fn kill_container(&self) {
-        if let Err(e) = self.rt.kill_container(&self.container).await {
-            tracing::warn!(container = %self.container, error = %e, "cannot kill container");
-        }
+    /// The hard stop: [`KilledBy::Container`], or
+    /// [`KilledBy::ContainerFailed`] when the engine failed to kill it.
+    async fn kill_container(&self) -> KilledBy {
+        crate::sandbox::hard_stop(self.rt.as_ref(), &self.container).await
     }
 }
 
