@@ -118,7 +118,7 @@ impl DockerRuntime {
                     .cloned()
                     .collect();
                 for id in ids {
-                    if remove(&docker, &id).await.is_ok() {
+                    if remove(docker, &id).await.is_ok() {
                         tracing::info!(container = %id, "a container the engine had failed to remove is removed");
                         doomed.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
                     }
