@@ -107,6 +107,7 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
     };
     let to_client = async {
         let mut buf = vec![0u8; 64 << 10];
+        let mut last = Instant::now();
         loop {
             let n = match up_read.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
@@ -115,9 +116,14 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
             match now() {
                 Fault::Down => return,
                 Fault::Hang => std::future::pending::<()>().await,
-                Fault::Slow(d) => tokio::time::sleep(d).await,
-                Fault::Pass => {}
+                // Each answer is held back once, at its start (the rest of
+                // a burst follows it at once).
+                Fault::Slow(d) if last.elapsed() > Duration::from_millis(50) => {
+                    tokio::time::sleep(d).await
+                }
+                Fault::Slow(_) | Fault::Pass => {}
             }
+            last = Instant::now();
             if client_write.write_all(&buf[..n]).await.is_err() {
                 return;
             }
@@ -255,9 +261,11 @@ async fn a_caller_that_gives_up_leaves_nothing_behind() {
     req.set_timeout(Duration::from_millis(300));
     let gave_up = srv.client.clone().create_session(req).await.unwrap_err();
     assert_eq!(gave_up.code(), tonic::Code::Cancelled, "{gave_up:?}");
-    eventually(Duration::from_secs(30), "the engine making the container", || {
-        !containers_labelled(&label).is_empty()
-    })
+    eventually(
+        Duration::from_secs(30),
+        "the engine making the container",
+        || !containers_labelled(&label).is_empty(),
+    )
     .await;
     // And once more against a hung engine.
     proxy.set(Fault::Hang);
