@@ -261,15 +261,22 @@ impl StateDir {
     }
 
     /// Replaces the file `name` with `bytes` atomically: written to a
-    /// temporary name, synced, renamed over `name`, and the directory
-    /// synced, so that after a crash `name` holds either the old contents
-    /// or the new, whole.
+    /// temporary name, renamed over `name`, then synced with the directory,
+    /// so that after a crash `name` holds either the old contents or the
+    /// new, whole.
     pub fn write_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.write_renamed(name, bytes)?;
+        self.sync(name)
+    }
+
+    /// [`StateDir::write_atomic`] without waiting for the disk: `name` is
+    /// whole for every process at once and survives the service's own
+    /// crash; [`StateDir::sync`] makes it survive the host's too.
+    pub fn write_renamed(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
         use std::io::Write;
-        let tmp = format!(
-            ".{name}.{}.tmp",
-            crate::secret::random_hex()[..12].to_owned()
-        );
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = format!(".{name}.{}.{n}.tmp", std::process::id());
         let fd = rustix::fs::openat(
             &self.dir.fd,
             tmp.as_str(),
@@ -277,14 +284,24 @@ impl StateDir {
             Mode::from_raw_mode(0o600),
         )?;
         let mut file = std::fs::File::from(fd);
-        let written = file
-            .write_all(bytes)
-            .and_then(|()| file.sync_data())
-            .and_then(|()| self.rename(&tmp, name));
+        let written = file.write_all(bytes).and_then(|()| self.rename(&tmp, name));
         if let Err(e) = written {
             let _ = self.remove_file(&tmp);
             return Err(e);
         }
+        Ok(())
+    }
+
+    /// Waits until the file `name` and its entry in this directory are on
+    /// the disk.
+    pub fn sync(&self, name: &str) -> io::Result<()> {
+        let fd = rustix::fs::openat(
+            &self.dir.fd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        rustix::fs::fdatasync(&fd)?;
         rustix::fs::fsync(&self.dir.fd)?;
         Ok(())
     }

@@ -99,10 +99,18 @@ impl Records {
         })
     }
 
-    /// Keeps `record`, whole or not at all. Blocking.
+    /// Keeps `record`, whole or not at all: at once for every process
+    /// (the service's own crash cannot lose it), on the disk once
+    /// [`Records::sync`] returns. Blocking.
     pub fn save(&self, record: &Record) -> io::Result<()> {
         let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        self.dir.write_atomic(&name(&record.id), &bytes)
+        self.dir.write_renamed(&name(&record.id), &bytes)
+    }
+
+    /// Waits until session `id`'s record is on the disk (a host crash
+    /// cannot lose it). Blocking.
+    pub fn sync(&self, id: &str) -> io::Result<()> {
+        self.dir.sync(&name(id))
     }
 
     /// Forgets session `id`. Blocking.

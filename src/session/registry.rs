@@ -510,9 +510,20 @@ impl Registry {
         }
         let record = record_of(session);
         let records = self.records.clone();
-        tokio::task::spawn_blocking(move || records.save(&record))
+        let id = record.id.clone();
+        let saving = records.clone();
+        tokio::task::spawn_blocking(move || saving.save(&record))
             .await
-            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .map_err(|e| std::io::Error::other(e.to_string()))??;
+        // On the disk soon after, off the caller's path: until then a host
+        // crash (not the service's) could lose the record, and the
+        // session's workspace would go to the quarantine.
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = records.sync(&id) {
+                tracing::warn!(session = %id, error = %e, "cannot sync the session's record");
+            }
+        });
+        Ok(())
     }
 
     /// Forgets a session that is gone: its record, and its journal's files

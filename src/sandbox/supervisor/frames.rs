@@ -139,8 +139,9 @@ impl From<KilledBy> for u32 {
             KilledBy::None => 0,
             KilledBy::ProcessGroupTerm => 1,
             KilledBy::ProcessGroupKill => 2,
-            KilledBy::Container => 3,
-            KilledBy::ContainerFailed => 4,
+            // Only the host knows the engine failed it; the wire has the
+            // rung as it was asked for.
+            KilledBy::Container | KilledBy::ContainerFailed => 3,
         }
     }
 }
@@ -154,7 +155,6 @@ impl TryFrom<u32> for KilledBy {
             1 => Ok(KilledBy::ProcessGroupTerm),
             2 => Ok(KilledBy::ProcessGroupKill),
             3 => Ok(KilledBy::Container),
-            4 => Ok(KilledBy::ContainerFailed),
             other => Err(UnknownRung(other)),
         }
     }
