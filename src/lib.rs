@@ -27,10 +27,11 @@
 //! 7. `workspace`: the host-side file tools, confined to the workspace.
 //! 8. `policy`: the one place deciding what a session may write and run.
 //! 9. `sandbox`: containers, and the commands run in them.
-//! 10. `state`, `provision`, `secret`, `pb`: the service's private state
-//!     directory, touched through directory fds; the host programs it
-//!     needs, installed when missing; making and comparing secrets; the
-//!     generated wire types, which only layers 1 and 2 use.
+//! 10. `state`, `provision`, `secret`, `metrics`, `pb`: the service's
+//!     private state directory, touched through directory fds; the host
+//!     programs it needs, installed when missing; making and comparing
+//!     secrets; the counters an operator graphs; the generated wire types,
+//!     which only layers 1 and 2 use.
 
 #![warn(missing_docs)]
 
@@ -41,6 +42,7 @@ pub mod journal;
 #[cfg(test)]
 mod layers;
 pub mod local;
+pub mod metrics;
 pub mod pb;
 pub mod policy;
 pub mod provision;

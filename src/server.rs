@@ -146,6 +146,56 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// Longest request head the metrics endpoint reads.
+const METRICS_HEAD_BYTES: usize = 8 << 10;
+
+/// How long a metrics scrape may take to send its request.
+const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves `GET /metrics` (Prometheus's text format) on `listener` until the
+/// task is dropped; anything else is answered 404. Plain HTTP/1.1, one
+/// request per connection: the endpoint tells counts only (no session ids,
+/// paths or commands), and is off unless the operator listens for it.
+pub async fn serve_metrics(listener: TcpListener, registry: Arc<Registry>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut conn, _)) = listener.accept().await else {
+            continue;
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut buf = [0u8; 1024];
+            let read = tokio::time::timeout(METRICS_READ_TIMEOUT, async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < METRICS_HEAD_BYTES
+                {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return false,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                true
+            })
+            .await;
+            if !matches!(read, Ok(true)) {
+                return;
+            }
+            let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+            let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
+            let (status, body) = match (wanted, registry.encode_metrics()) {
+                (true, Some(body)) => ("200 OK", body),
+                _ => ("404 Not Found", "not found\n".to_string()),
+            };
+            let reply = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        });
+    }
+}
+
 /// Serves on `listener` until `shutdown` resolves, then closes all sessions.
 ///
 /// With a token, every call to the Sandbox service and to reflection must

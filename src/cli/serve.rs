@@ -117,6 +117,15 @@ pub struct ServeArgs {
     /// instance with the same name are removed.
     #[arg(long, env = SERVICE_NAME_ENV, default_value = defaults::SERVICE_NAME)]
     service_name: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off by default;
+    /// counts only, no session ids or paths: keep it on loopback or a
+    /// network only the monitoring reaches).
+    #[arg(long, env = "SANDBOXD_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Log lines as plain text or as JSON objects (one per line, with the
+    /// session's id on each line logged for a session's call).
+    #[arg(long, env = "SANDBOXD_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     /// Docker daemon address (default: DOCKER_HOST or the local socket).
     #[arg(long, env = "SANDBOXD_DOCKER_HOST")]
     docker_host: Option<String>,
@@ -270,13 +279,24 @@ pub struct ServeArgs {
 /// Runs the service until SIGTERM or SIGINT; `token` is the one given by
 /// `--token` or SANDBOXD_TOKEN.
 pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, AnyError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_format == "json" {
+        // The spans' fields (a session call's `session`) go on every line.
+        tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    }
     let state_dir = args
         .state_dir
         .unwrap_or_else(|| sandboxd::state::StateDir::default_path(&args.service_name));
@@ -289,6 +309,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.journal_dir = args.journal_dir;
     config.journal_max_bytes = args.journal_max_bytes;
     config.durable = true;
+    let metrics = args
+        .metrics_listen
+        .map(|addr| (addr, Arc::new(sandboxd::metrics::Metrics::new())));
+    config.metrics = metrics.as_ref().map(|(_, m)| Arc::clone(m));
     config.limits.max_file_bytes = args.max_file_bytes;
     let mut sandbox = SandboxConfig::new(&args.service_name);
     if let Some(image) = args.image {
@@ -465,6 +489,17 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             registry.sweep_volumes().await;
         }
     }
+    let _metrics = match metrics {
+        Some((addr, _)) => {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+            Some(AbortOnDrop(tokio::spawn(sandboxd::server::serve_metrics(
+                listener,
+                Arc::clone(&registry),
+            ))))
+        }
+        None => None,
+    };
     match &listener {
         sandboxd::server::Listener::Tcp(l) => {
             tracing::info!(addr = %l.local_addr()?, tls = tls.is_some(), "sandboxd listening")
@@ -507,6 +542,15 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     served?;
     tracing::info!("sandboxd stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Binds a Unix socket only this user can connect to. A stale socket left

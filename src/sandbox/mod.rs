@@ -23,6 +23,7 @@ pub mod command;
 pub mod docker;
 pub mod exec_fallback;
 pub mod image;
+pub mod metered;
 pub mod runsc;
 pub mod supervisor;
 

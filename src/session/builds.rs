@@ -88,7 +88,8 @@ impl Builds {
         };
         let (tx, rx) = mpsc::channel(64);
         let journal = Arc::clone(&self.journal);
-        tokio::spawn(relay(events, tx, journal, summary, started));
+        let metrics = self.config.metrics.clone();
+        tokio::spawn(relay(events, tx, journal, summary, started, metrics));
         Ok(rx)
     }
 
@@ -145,6 +146,7 @@ async fn relay(
     journal: Arc<Journal>,
     summary: String,
     started: Instant,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 ) {
     const TOOL: &str = "BuildEnvironment";
     loop {
@@ -159,6 +161,13 @@ async fn relay(
             return;
         };
         let event = event.map_err(failure::Error::from);
+        if let Some(m) = &metrics {
+            match &event {
+                Ok(Progress::Done(b)) => m.build(if b.cached { "cached" } else { "built" }),
+                Err(_) => m.build("failed"),
+                Ok(_) => {}
+            }
+        }
         match &event {
             Ok(Progress::Done(b)) => {
                 let how = if b.cached { "cached" } else { "built" };

@@ -56,16 +56,37 @@ impl Session {
         self.journal.command_started(seq, &command, &cwd);
         let (tx, rx) = mpsc::channel(64);
         let session = Arc::clone(self);
-        tokio::spawn(async move {
-            let container = running.container().to_string();
-            let report = running.drive(tx).await;
-            session
-                .journal
-                .command(seq, &command, &cwd, started, &report);
-            session.sandbox.finished(&container, &report).await;
-            drop(turn);
-            drop(busy);
-        });
+        // What the sandbox logs while the command runs names the session.
+        let span = tracing::info_span!("command", session = %self.id, seq);
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let container = running.container().to_string();
+                let report = running.drive(tx).await;
+                if let Some(m) = &session.config.metrics {
+                    m.command(if report.cancelled {
+                        "cancelled"
+                    } else if report.timed_out {
+                        "timed_out"
+                    } else if report.oom_killed {
+                        "oom"
+                    } else {
+                        "exit"
+                    });
+                    m.command_seconds.observe(report.duration.as_secs_f64());
+                    for (stream, c) in [("stdout", &report.stdout), ("stderr", &report.stderr)] {
+                        let kept = (c.text.len() + c.tail.len()) as u64;
+                        m.output(stream, c.total_bytes, c.total_bytes.saturating_sub(kept));
+                    }
+                }
+                session
+                    .journal
+                    .command(seq, &command, &cwd, started, &report);
+                session.sandbox.finished(&container, &report).await;
+                drop(turn);
+                drop(busy);
+            },
+            span,
+        ));
         Ok(rx)
     }
 

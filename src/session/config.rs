@@ -62,6 +62,8 @@ pub struct Config {
     /// streams unread (each running one holds a blocking thread and a few
     /// chunks in memory).
     pub upload_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Where the service's counters go; `None`: nothing is measured.
+    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
 
 /// Operator settings for archives in and out of workspaces.
@@ -266,6 +268,7 @@ impl Config {
             archives: ArchiveConfig::default(),
             download_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::DOWNLOADS)),
             upload_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::UPLOADS)),
+            metrics: None,
         }
     }
 }

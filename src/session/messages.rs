@@ -105,6 +105,8 @@ pub struct Info {
     pub notes: Vec<String>,
     /// The session's credential: only in the reply that created it.
     pub session_token: Option<String>,
+    /// The warm pool served it (only in the reply that created it).
+    pub pooled: bool,
 }
 
 /// Who is calling, as the server authenticated them.

@@ -138,6 +138,14 @@ impl Registry {
                  (their view through /proc, signals); choose an id nobody has (serve --command-user)"
             );
         }
+        // Engine calls are measured where the operator asked for metrics.
+        let runtime: Arc<dyn Runtime> = match &config.metrics {
+            Some(m) => Arc::new(crate::sandbox::metered::Metered::new(
+                runtime,
+                Arc::clone(m),
+            )),
+            None => runtime,
+        };
         let state = StateDir::open(&config.state_dir).map_err(crate::volume::Error::State)?;
         let state_err = |source| StartError::State {
             path: config.state_dir.clone(),
@@ -227,14 +235,39 @@ impl Registry {
     /// cancelled, its deadline passed) leaves nothing behind, however far
     /// the opening had got.
     pub async fn create(self: &Arc<Self>, req: NewSession) -> Result<Info, failure::Error> {
+        let started = Instant::now();
         let caller = tokio_util::sync::CancellationToken::new();
         let _gone_when_dropped = caller.clone().drop_guard();
         let this = Arc::clone(self);
-        tokio::spawn(async move { this.open(req, caller).await })
+        let opened = tokio::spawn(async move { this.open(req, caller).await })
             .await
             .map_err(|e| {
                 Error::CreateWorkspace(std::io::Error::other(format!("the opening failed: {e}")))
-            })?
+            })?;
+        if let Some(m) = &self.config.metrics {
+            match &opened {
+                Ok(info) => m.session_created(info.pooled, started.elapsed().as_secs_f64()),
+                Err(e) => m.refused(failure::describe(e).reason),
+            }
+        }
+        opened
+    }
+
+    /// The service's counters in Prometheus's text format, the gauges
+    /// read now; `None` when nothing is measured.
+    pub fn encode_metrics(&self) -> Option<String> {
+        let m = self.config.metrics.as_ref()?;
+        m.sessions_open.set(self.table().len() as i64);
+        let ready = self.pool.ready()
+            + self
+                .environment_pools
+                .values()
+                .map(|p| p.ready())
+                .sum::<usize>();
+        m.pool_ready.set(ready as i64);
+        m.engine_pending_removals
+            .set(self.runtime.pending_removals().len() as i64);
+        Some(m.encode())
     }
 
     async fn open(
@@ -455,6 +488,7 @@ impl Registry {
             .ok("CreateSession", &summary, Instant::now(), String::new());
         tracing::info!(session = %info.id, workspace = %info.workspace_path.display(), container = ?info.container_id, pooled, "session created");
         info.session_token = Some(token);
+        info.pooled = pooled;
         Ok(info)
     }
 
@@ -573,6 +607,9 @@ impl Registry {
             }
             match self.bring_back(record).await {
                 Ok(session) => {
+                    if let Some(m) = &self.config.metrics {
+                        m.sessions_recovered.inc();
+                    }
                     tracing::info!(session = %id, workspace = %session.workspace.host_path().display(), "session brought back");
                     back.push(id);
                 }

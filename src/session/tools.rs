@@ -92,6 +92,7 @@ impl Session {
             rules: self.policy.rules().clone(),
             notes: self.notes.clone(),
             session_token: None,
+            pooled: false,
         }
     }
 
@@ -128,6 +129,12 @@ impl Session {
         e: &failure::Error,
     ) {
         let told = describe(e);
+        if let Some(m) = &self.config.metrics {
+            m.refused(told.reason);
+            if tool == "RunCommand" {
+                m.command("refused");
+            }
+        }
         self.journal
             .refused(tool, summary, started, told.reason, told.message);
     }

@@ -25,6 +25,7 @@ mod hostile;
 mod images;
 mod lifecycle;
 mod long_suites;
+mod metrics;
 mod policy;
 mod report;
 mod session_tokens;
