@@ -373,7 +373,7 @@ impl Registry {
         }
         // The journal and the history, or nothing of the session stays.
         let parts = async {
-            let journal = Journal::new(&id, Some(&self.journals)).map_err(Error::Journal)?;
+            let journal = Journal::new(&id, self.journal_files()).map_err(Error::Journal)?;
             let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
                 .await
                 .map_err(Error::CreateWorkspace)?;
@@ -558,6 +558,13 @@ impl Registry {
             }
         });
         Ok(())
+    }
+
+    /// Where a new session's journal is appended: to a file when the
+    /// operator keeps journals or sessions are durable (a restart reads it
+    /// back); in memory only otherwise.
+    fn journal_files(&self) -> Option<&journal::Files> {
+        (self.journal_dir.is_some() || self.config.durable).then_some(&self.journals)
     }
 
     /// Forgets a session that is gone: its record, and its journal's files

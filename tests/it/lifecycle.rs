@@ -634,3 +634,77 @@ async fn instances_are_told_apart_by_a_liveness_mark_not_by_name() {
     a.sigterm_and_wait().await;
     assert!(containers_labelled(&label).is_empty());
 }
+
+/// `--log-format json`: every line is one JSON object, and what is logged
+/// for a session carries its id.
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_with_the_session_id() {
+    let base = tempfile::tempdir().unwrap();
+    let state = base.path().join("state");
+    let _unmount = Unmount(state.clone());
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let log = base.path().join("serve.log");
+    let mut served = Command::new(SANDBOXD)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--pool-size", "0", "--no-token", "--log-format", "json"])
+        .args(["--docker-host", common::NO_DOCKER])
+        .arg("--state-dir")
+        .arg(&state)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let addr = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = loop {
+        if let Ok(mut c) = SandboxClient::connect(addr.clone()).await
+            && c.list_sessions(pb::ListSessionsRequest {}).await.is_ok()
+        {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the service did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let s = c
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(served.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    served.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let about = |msg: &str| {
+        lines
+            .iter()
+            .find(|l| l["fields"]["message"] == msg)
+            .unwrap_or_else(|| panic!("no {msg:?} line in\n{text}"))
+    };
+    for msg in ["session created", "session closed"] {
+        assert_eq!(
+            about(msg)["fields"]["session"],
+            s.session_id.as_str(),
+            "{msg}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+}
