@@ -314,13 +314,7 @@ impl Volumes {
     ) -> Result<Volume, Error> {
         check_id(id)?;
         let pins = &self.inner.pins;
-        match rustix::mount::unmount(
-            pins.path.join(id),
-            rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
-        ) {
-            Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(Error::Pin(e.into())),
-        }
+        unmount(&pins.path.join(id)).map_err(Error::Pin)?;
         match rustix::fs::unlinkat(&pins.fd, id, AtFlags::REMOVEDIR) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => {}
             Err(e) => return Err(Error::Pin(e.into())),
@@ -549,6 +543,19 @@ impl Volumes {
             }
         }
         removed
+    }
+}
+
+/// Unmounts whatever is mounted at `path` (detached, so a straggler
+/// holding it open cannot make this fail; never through a symlink); done
+/// when nothing is mounted there.
+fn unmount(path: &Path) -> io::Result<()> {
+    match rustix::mount::unmount(
+        path,
+        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -804,13 +811,7 @@ impl Volume {
         if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
             // Detached, so a straggler holding it open cannot make this
             // fail; the filesystem goes when its last user does.
-            match rustix::mount::unmount(
-                dir.path.join(&self.id),
-                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
-            ) {
-                Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
+            unmount(&dir.path.join(&self.id))?;
         }
         if self.kind == Kind::Filesystem {
             match rustix::fs::unlinkat(
@@ -886,13 +887,7 @@ impl Volume {
             .map_or(0, |d| d.as_secs());
         let container_free = match self.kind {
             Kind::Filesystem if self.inner.can_mount => {
-                match rustix::mount::unmount(
-                    &self.path,
-                    rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
-                ) {
-                    Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
-                    Err(e) => return Err(e.into()),
-                }
+                unmount(&self.path)?;
                 let name = format!("{}-{stamp}.img", self.id);
                 let from = format!("{}.img", self.id);
                 match rustix::fs::renameat(
@@ -939,13 +934,7 @@ impl Volume {
     /// ([`Volumes::reopen_fresh`], [`Volumes::repin`]). Blocking.
     pub fn release(&self) -> io::Result<()> {
         if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
-            match rustix::mount::unmount(
-                &self.path,
-                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
-            ) {
-                Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
+            unmount(&self.path)?;
         }
         Ok(())
     }

@@ -286,14 +286,7 @@ impl Registry {
             .sandbox
             .limits(req.limits, req.workspace_path.is_some())?;
         check_env("env", &req.env)?;
-        let policy = Arc::new(
-            Policy::new(
-                &self.config.deny_writes,
-                &self.config.sandbox.guard,
-                req.rules.clone(),
-            )
-            .map_err(Error::InvalidPolicy)?,
-        );
+        let policy = self.policy(req.rules.clone())?;
         let ttl = self.config.ttl(req.ttl)?;
         let default_timeout = self.config.sandbox.session_timeout(req.default_timeout)?;
         let cfg = &self.config.sandbox;
@@ -629,15 +622,15 @@ impl Registry {
         back
     }
 
+    /// The operator's rules narrowed by a session's own.
+    fn policy(&self, rules: crate::policy::Rules) -> Result<Arc<Policy>, Error> {
+        Policy::new(&self.config.deny_writes, &self.config.sandbox.guard, rules)
+            .map(Arc::new)
+            .map_err(Error::InvalidPolicy)
+    }
+
     async fn bring_back(&self, record: Record) -> Result<Arc<Session>, failure::Error> {
-        let policy = Arc::new(
-            Policy::new(
-                &self.config.deny_writes,
-                &self.config.sandbox.guard,
-                record.rules.clone(),
-            )
-            .map_err(Error::InvalidPolicy)?,
-        );
+        let policy = self.policy(record.rules.clone())?;
         let token_hash: [u8; 32] = hex::decode(&record.token_sha256)
             .ok()
             .and_then(|b| b.try_into().ok())
