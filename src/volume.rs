@@ -472,6 +472,30 @@ impl Volumes {
         )?)
     }
 
+    /// The history directory of session `id` as an earlier instance of the
+    /// service left it (made empty if there is none), for a session that
+    /// comes back after a restart. Blocking.
+    pub fn history_dir_again(&self, id: &str) -> io::Result<OwnedFd> {
+        check_id(id).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let history = &self.inner.history.fd;
+        match rustix::fs::mkdirat(history, id, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let fd = rustix::fs::openat(
+            history,
+            id,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        if rustix::fs::fstat(&fd)?.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(io::Error::other(
+                "the history directory is not the service's own",
+            ));
+        }
+        Ok(fd)
+    }
+
     /// Removes every volume, pin and socket directory whose id is not in
     /// `live` (what an earlier instance of the service left behind).
     /// Containers that used them must be gone first. Blocking.

@@ -667,17 +667,23 @@ impl Registry {
                     .await
                     .map_err(|e| Error::Journal(std::io::Error::other(e.to_string())))?
                     .map_err(Error::Journal)?;
-            let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
-                .await
-                .map_err(Error::CreateWorkspace)?;
-            // Its pictures were in the earlier instance's memory: the
-            // changes since the start can no longer be told truly.
-            history
-                .lose_baseline(
-                    "the service restarted, and the pictures of the workspace taken before it did were not kept"
-                        .into(),
-                )
-                .await;
+            let history = match history_again(&workspace, &id, &self.volumes, &sandbox, &self.config).await {
+                Ok(history) => history,
+                Err(why) => {
+                    // Changes since the start can no longer be told truly:
+                    // they are refused, saying why, never told from now.
+                    tracing::warn!(session = %id, why, "the session's history cannot be read back");
+                    let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
+                        .await
+                        .map_err(Error::CreateWorkspace)?;
+                    history
+                        .lose_baseline(format!(
+                            "the service restarted, and the pictures of the workspace taken before it did cannot be read back ({why})"
+                        ))
+                        .await;
+                    history
+                }
+            };
             Ok::<_, Error>((journal, found, history))
         }
         .await;
@@ -1088,6 +1094,33 @@ async fn put_away(session: &Session) {
             }
         }
     }
+}
+
+/// The history a session that comes back after a restart had (see
+/// [`History::reopen`]), or why it cannot be read back.
+async fn history_again(
+    workspace: &crate::workspace::Workspace,
+    id: &str,
+    volumes: &Arc<Volumes>,
+    sandbox: &sandbox::Sandbox,
+    config: &Config,
+) -> Result<History, String> {
+    let budget = match sandbox.spec().limits.disk_bytes {
+        0 => config.sandbox.default_limits.disk_bytes,
+        quota => quota,
+    };
+    let limits = HistoryLimits {
+        max_checkpoints: config.history.max_checkpoints,
+        max_memory: config.history.max_memory,
+        scan: config.history.scan,
+    };
+    let (volumes, id, workspace) = (Arc::clone(volumes), id.to_string(), workspace.clone());
+    tokio::task::spawn_blocking(move || {
+        let dir = volumes.history_dir_again(&id).map_err(|e| e.to_string())?;
+        History::reopen(workspace, dir, budget, limits)
+    })
+    .await
+    .map_err(|e| e.to_string())?
 }
 
 /// Unmounts the session's volume (removing its workspace if the session

@@ -287,6 +287,7 @@ async fn sessions_survive_twenty_kills_mid_command() {
     }
     let mut ids: Vec<String> = sessions.iter().map(|s| s.session_id.clone()).collect();
     ids.sort();
+    let mut first_checkpoint = String::new();
     for cycle in 0..CYCLES {
         let s = &sessions[cycle % SESSIONS];
         // A file written through the service, then a command cut short.
@@ -297,6 +298,19 @@ async fn sessions_survive_twenty_kills_mid_command() {
         })
         .await
         .unwrap();
+        if cycle == 0 {
+            first_checkpoint = c
+                .create_checkpoint(pb::CreateCheckpointRequest {
+                    session_id: s.session_id.clone(),
+                    label: "before the first kill".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .checkpoint
+                .unwrap()
+                .checkpoint_id;
+        }
         let stream = start_command(
             &mut c,
             &s.session_id,
@@ -378,9 +392,9 @@ async fn sessions_survive_twenty_kills_mid_command() {
             s.session_id
         );
     }
-    // The pictures of the workspace lived in the dead instance's memory:
-    // changes since the start are refused as such, never told from the
-    // restart as if it were the start; a checkpoint taken now works.
+    // The history came back too: changes since the start are those of the
+    // whole session, across every restart, and a checkpoint taken before
+    // the first kill restores.
     let s = &sessions[0];
     let since_start = c
         .get_changes(pb::GetChangesRequest {
@@ -388,39 +402,39 @@ async fn sessions_survive_twenty_kills_mid_command() {
             ..Default::default()
         })
         .await
-        .unwrap_err();
-    assert_eq!(common::reason(&since_start), "NO_STARTING_POINT");
+        .unwrap()
+        .into_inner();
+    let patch = String::from_utf8_lossy(&since_start.patch).into_owned();
+    for cycle in (0..CYCLES).step_by(SESSIONS) {
+        assert!(patch.contains(&format!("cycle-{cycle}.txt")), "{patch}");
+    }
     assert!(
-        since_start.message().contains("restarted"),
-        "{}",
-        since_start.message()
+        !patch.contains("important.txt"),
+        "the baseline held it: {patch}"
     );
-    let cp = c
-        .create_checkpoint(pb::CreateCheckpointRequest {
+    let listed_cps = c
+        .list_checkpoints(pb::ListCheckpointsRequest {
             session_id: s.session_id.clone(),
-            label: "after the restarts".into(),
         })
         .await
         .unwrap()
-        .into_inner();
-    c.create_file(pb::CreateFileRequest {
+        .into_inner()
+        .checkpoints;
+    assert_eq!(listed_cps.len(), 1, "{listed_cps:?}");
+    assert_eq!(listed_cps[0].checkpoint_id, first_checkpoint);
+    c.restore_checkpoint(pb::RestoreCheckpointRequest {
         session_id: s.session_id.clone(),
-        path: "after.txt".into(),
-        content: "new\n".into(),
+        checkpoint_id: first_checkpoint.clone(),
+        ..Default::default()
     })
     .await
     .unwrap();
-    let changes = c
-        .get_changes(pb::GetChangesRequest {
-            session_id: s.session_id.clone(),
-            since_checkpoint: cp.checkpoint.unwrap().checkpoint_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let patch = String::from_utf8_lossy(&changes.patch);
-    assert!(patch.contains("after.txt"), "{patch}");
+    let ws = std::path::Path::new(&s.workspace_path);
+    assert!(ws.join("cycle-0.txt").exists() && !ws.join("cycle-3.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("important.txt")).unwrap(),
+        "session 0\n"
+    );
     // A clean stop keeps the sessions too (only their containers go), and
     // closing one then removes its workspace.
     served.sigterm_and_wait().await;

@@ -54,6 +54,18 @@ pub struct Stamp {
 }
 
 impl Stamp {
+    /// A stamp no file on disk has: a picture read back from the disk
+    /// trusts none of its hashes for the next scan's cache.
+    fn unknown() -> Stamp {
+        Stamp {
+            dev: u64::MAX,
+            ino: u64::MAX,
+            size: u64::MAX,
+            mtime: (i64::MIN, 0),
+            ctime: (i64::MIN, 0),
+        }
+    }
+
     fn of(st: &rustix::fs::Stat) -> Stamp {
         Stamp {
             dev: st.st_dev,
@@ -147,7 +159,78 @@ pub struct Manifest {
     pub started: (i64, u64),
 }
 
+/// A picture as it is written to the disk: one line per entry, each field
+/// plain (hex for bytes that need not be text), read back whole or refused.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Stored {
+    started: (i64, u64),
+    /// `kind mode size sha256 path-hex target-hex`, one per entry.
+    entries: Vec<String>,
+}
+
 impl Manifest {
+    /// The picture in its written form.
+    pub fn stored(&self) -> Stored {
+        let entries = self
+            .entries
+            .iter()
+            .map(|(path, node)| {
+                let path = hex::encode(path);
+                match node {
+                    Node::Dir { mode } => format!("d {mode} 0 - {path} -"),
+                    Node::File {
+                        mode, size, sha256, ..
+                    } => format!("f {mode} {size} {} {path} -", hex::encode(sha256)),
+                    Node::Symlink { target } => {
+                        format!("l 0 0 - {path} {}", hex::encode(target))
+                    }
+                    Node::Special => format!("s 0 0 - {path} -"),
+                }
+            })
+            .collect();
+        Stored {
+            started: self.started,
+            entries,
+        }
+    }
+
+    /// A picture read back from its written form; its hashes are never
+    /// trusted as a scan's cache (see [`Stamp::unknown`]).
+    pub fn from_stored(stored: &Stored) -> Result<Manifest, String> {
+        let mut entries = BTreeMap::new();
+        for line in &stored.entries {
+            let f: Vec<&str> = line.split(' ').collect();
+            let bad = || format!("a malformed entry: {line:?}");
+            let [kind, mode, size, sha, path, target] = f[..] else {
+                return Err(bad());
+            };
+            let mode: u32 = mode.parse().map_err(|_| bad())?;
+            let path = hex::decode(path).map_err(|_| bad())?;
+            let node = match kind {
+                "d" => Node::Dir { mode },
+                "f" => Node::File {
+                    mode,
+                    size: size.parse().map_err(|_| bad())?,
+                    sha256: hex::decode(sha)
+                        .ok()
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or_else(bad)?,
+                    stamp: Stamp::unknown(),
+                },
+                "l" => Node::Symlink {
+                    target: hex::decode(target).map_err(|_| bad())?,
+                },
+                "s" => Node::Special,
+                _ => return Err(bad()),
+            };
+            entries.insert(path, node);
+        }
+        Ok(Manifest {
+            entries,
+            started: stored.started,
+        })
+    }
+
     /// A hex sha256 over every entry's path, kind, mode and contents: two
     /// trees with the same digest hold the same files, bytes, modes and
     /// symlinks.

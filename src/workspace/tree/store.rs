@@ -68,6 +68,18 @@ pub struct Store {
     budget: u64,
 }
 
+/// What a store holds, written beside it so that a service that restarts
+/// finds its contents again ([`Store::reopen`]). References are not kept:
+/// they are counted again from the pictures read back.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Index {
+    next_pack: u64,
+    /// Each pack and its length.
+    packs: Vec<(u64, u64)>,
+    /// Each content: hex sha256, pack, offset, size.
+    blobs: Vec<(String, u64, u64, u64)>,
+}
+
 /// A kept content, read from its pack.
 pub struct BlobReader<'a> {
     file: &'a File,
@@ -106,6 +118,106 @@ impl Store {
             next_pack: 0,
             budget,
         }
+    }
+
+    /// The directory the store keeps its packs in.
+    pub fn dir(&self) -> &OwnedFd {
+        &self.dir
+    }
+
+    /// What the store holds now (see [`Index`]).
+    pub fn index(&self) -> Index {
+        let mut packs: Vec<(u64, u64)> = self.packs.iter().map(|(n, p)| (*n, p.len)).collect();
+        packs.sort_unstable();
+        Index {
+            next_pack: self.next_pack,
+            packs,
+            blobs: self
+                .blobs
+                .iter()
+                .map(|(h, b)| (hex::encode(h), b.pack, b.offset, b.size))
+                .collect(),
+        }
+    }
+
+    /// The store `index` describes, over its directory `dir`, keeping at
+    /// most `budget` bytes: each pack opened again and cut to the length
+    /// the index knew (what was appended later no picture refers to), packs
+    /// the index does not know removed. Contents have no references yet:
+    /// [`Store::retain`] each picture read back, then [`Store::collect`].
+    pub fn reopen(dir: OwnedFd, budget: u64, index: &Index) -> io::Result<Store> {
+        let mut packs = HashMap::new();
+        for &(n, len) in &index.packs {
+            let fd = rustix::fs::openat(
+                &dir,
+                Self::pack_name(n).as_str(),
+                OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            let file = File::from(fd);
+            if file.metadata()?.len() < len {
+                return Err(io::Error::other(format!(
+                    "pack {n} is shorter than its index says"
+                )));
+            }
+            file.set_len(len)?;
+            packs.insert(
+                n,
+                Pack {
+                    file,
+                    len,
+                    blobs: 0,
+                },
+            );
+        }
+        let mut blobs = HashMap::new();
+        for (hash, pack, offset, size) in &index.blobs {
+            let hash: Hash = hex::decode(hash)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| io::Error::other("a malformed content hash in the index"))?;
+            let Some(p) = packs.get_mut(pack) else {
+                return Err(io::Error::other(format!(
+                    "a content in pack {pack}, which is gone"
+                )));
+            };
+            if offset + size > p.len {
+                return Err(io::Error::other(format!(
+                    "a content past the end of pack {pack}"
+                )));
+            }
+            p.blobs += 1;
+            blobs.insert(
+                hash,
+                Blob {
+                    pack: *pack,
+                    offset: *offset,
+                    size: *size,
+                    refs: 0,
+                },
+            );
+        }
+        // Packs begun after the index was written hold nothing it knows.
+        for entry in rustix::fs::Dir::read_from(&dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            let known = name
+                .strip_prefix("pack.")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| packs.contains_key(&n));
+            if name.starts_with("pack.") && !known {
+                let _ = rustix::fs::unlinkat(&dir, name.as_str(), AtFlags::empty());
+            }
+        }
+        Ok(Store {
+            dir,
+            blobs,
+            packs,
+            open: None,
+            next_pack: index
+                .next_pack
+                .max(index.packs.iter().map(|(n, _)| n + 1).max().unwrap_or(0)),
+            budget,
+        })
     }
 
     /// Bytes on disk.
