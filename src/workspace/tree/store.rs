@@ -80,6 +80,16 @@ pub struct Index {
     blobs: Vec<(String, u64, u64, u64)>,
 }
 
+#[cfg(test)]
+impl Index {
+    /// Claims the first pack is longer than it is.
+    pub fn corrupt_for_tests(&mut self) {
+        if let Some(p) = self.packs.first_mut() {
+            p.1 += 1 << 20;
+        }
+    }
+}
+
 /// A kept content, read from its pack.
 pub struct BlobReader<'a> {
     file: &'a File,

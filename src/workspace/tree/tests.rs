@@ -340,3 +340,74 @@ fn a_mode_is_never_set_through_a_symlink() {
         .mode();
     assert_eq!(mode & 0o777, 0o755);
 }
+
+#[test]
+fn a_picture_and_its_store_read_back_are_the_picture_and_restore_it() {
+    let (ws, st) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    tree(ws.path());
+    // A name that is not UTF-8, and a special file.
+    fs::write(ws.path().join(OsStr::from_bytes(b"caf\xe9")), "x").unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        ws.path().join("fifo"),
+        FileType::Fifo,
+        Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let r = root(ws.path());
+    let mut kept = store(st.path(), 1 << 30);
+    let cp = scan(&r, None, ScanLimits::default(), Some(&mut kept)).unwrap();
+    kept.retain(&cp);
+    kept.seal();
+    let index = kept.index();
+    // After the index: a later picture's pack, and bytes appended to none.
+    fs::write(ws.path().join("later.txt"), "later").unwrap();
+    let later = scan(&r, None, ScanLimits::default(), Some(&mut kept)).unwrap();
+    kept.retain(&later);
+    drop(kept);
+    let packs = || fs::read_dir(st.path()).unwrap().count();
+    assert_eq!(packs(), 2);
+
+    let back = Manifest::from_stored(
+        &serde_json::from_slice(&serde_json::to_vec(&cp.stored()).unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(back.digest(), cp.digest());
+    assert_eq!(back.entries.len(), cp.entries.len());
+    let dir = rustix::fs::open(
+        st.path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    let mut again = Store::reopen(dir, 1 << 30, &index).unwrap();
+    again.retain(&back);
+    again.collect();
+    assert_eq!(packs(), 1, "the pack the index did not know is removed");
+    // The picture read back restores the tree.
+    fs::write(ws.path().join("src/a.py"), "changed\n").unwrap();
+    let now = scan(&r, None, ScanLimits::default(), None).unwrap();
+    restore::restore(&r, &now, &back, &again, None).unwrap();
+    assert_eq!(
+        fs::read_to_string(ws.path().join("src/a.py")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    assert!(!ws.path().join("later.txt").exists());
+    // A read-back hash is never trusted as a scan's cache.
+    let rescanned = scan(&r, Some(&back), ScanLimits::default(), None).unwrap();
+    assert_eq!(rescanned.digest(), cp.digest());
+    // Damaged written forms are refused, not guessed at.
+    let mut bad = cp.stored();
+    bad.entries[0] = "f 420 3 nothex 616263 -".into();
+    assert!(Manifest::from_stored(&bad).is_err());
+    let mut short = index.clone();
+    short.corrupt_for_tests();
+    let dir = rustix::fs::open(
+        st.path(),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    assert!(Store::reopen(dir, 1 << 30, &short).is_err());
+}
