@@ -83,9 +83,11 @@ pub struct ServeArgs {
     /// (<dir>/<session id>.jsonl), for external audit.
     #[arg(long, env = "SANDBOXD_JOURNAL_DIR")]
     journal_dir: Option<PathBuf>,
-    /// Ceiling in bytes of one session's journal files together: past half
-    /// of it the file is rotated, the older half dropped and counted.
-    #[arg(long, env = "SANDBOXD_JOURNAL_MAX_BYTES", default_value_t = sandboxd::journal::DEFAULT_MAX_FILE_BYTES)]
+    /// Ceiling in bytes of one session's journal files together (at least
+    /// 64 KiB): past half of it the file is rotated, the older half dropped
+    /// and counted.
+    #[arg(long, env = "SANDBOXD_JOURNAL_MAX_BYTES", default_value_t = sandboxd::journal::DEFAULT_MAX_FILE_BYTES,
+          value_parser = clap::value_parser!(u64).range(65_536..))]
     journal_max_bytes: u64,
     /// The service's private state directory: fresh workspaces, pins of
     /// lent directories, supervisor sockets (default:

@@ -560,10 +560,18 @@ impl Runtime for DockerRuntime {
             &uuid::Uuid::new_v4().simple().to_string()[..12]
         );
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        let created = docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| classify(Error::StartContainer, e))?;
+        let created = match docker.create_container(Some(options), body).await {
+            Ok(created) => created,
+            Err(e) => {
+                // No answer (a deadline passed, the connection broke) is no
+                // proof that nothing was made: the container, known by its
+                // unique name, is removed once the engine answers.
+                if !matches!(e, DockerError::DockerResponseServerError { .. }) {
+                    self.doom(&name);
+                }
+                return Err(classify(Error::StartContainer, e));
+            }
+        };
         if let Err(e) = docker.start_container(&created.id, None).await {
             let _ = self.remove_container(&created.id).await;
             return Err(classify(Error::StartContainer, e));

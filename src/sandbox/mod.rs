@@ -448,9 +448,11 @@ impl Sandbox {
         &self.spec
     }
 
-    /// The running container's id, if one is up.
+    /// The running container's id, if one is up. Never waits: while a
+    /// container is being started or replaced (which may wait on the
+    /// engine), there is none up yet.
     pub async fn container_id(&self) -> Option<String> {
-        self.container.lock().await.clone()
+        self.container.try_lock().ok().and_then(|slot| slot.clone())
     }
 
     /// The container, started if there is none.

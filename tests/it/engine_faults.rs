@@ -23,6 +23,8 @@ enum Fault {
     Down,
     Hang,
     Slow(Duration),
+    /// The engine makes containers, and the answers saying so are lost.
+    LoseCreateReplies,
 }
 
 /// A proxy to the real engine socket at a path of its own.
@@ -86,6 +88,7 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
     };
     let (mut up_read, mut up_write) = upstream.into_split();
     let (mut client_read, mut client_write) = client.split();
+    let lost = std::sync::atomic::AtomicBool::new(false);
     let to_engine = async {
         let mut buf = vec![0u8; 64 << 10];
         loop {
@@ -97,7 +100,15 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
                 Fault::Down => return,
                 // Taken, and never passed on: the engine never answers.
                 Fault::Hang => continue,
-                Fault::Pass | Fault::Slow(_) => {
+                Fault::Pass | Fault::Slow(_) | Fault::LoseCreateReplies => {
+                    if now() == Fault::LoseCreateReplies
+                        && buf[..n].starts_with(b"POST ")
+                        && buf[..n.min(200)]
+                            .windows(18)
+                            .any(|w| w == b"/containers/create")
+                    {
+                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     if up_write.write_all(&buf[..n]).await.is_err() {
                         return;
                     }
@@ -121,7 +132,10 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
                 Fault::Slow(d) if last.elapsed() > Duration::from_millis(50) => {
                     tokio::time::sleep(d).await
                 }
-                Fault::Slow(_) | Fault::Pass => {}
+                Fault::Slow(_) | Fault::Pass | Fault::LoseCreateReplies => {}
+            }
+            if lost.load(std::sync::atomic::Ordering::SeqCst) {
+                continue;
             }
             last = Instant::now();
             if client_write.write_all(&buf[..n]).await.is_err() {
@@ -138,10 +152,11 @@ async fn relay(mut client: UnixStream, fault: Arc<Mutex<Fault>>) {
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn server(proxy: &Proxy, mode: Mode) -> TestServer {
-    let docker = Arc::new(DockerRuntime::with_timeout(
-        Some(proxy.host()),
-        ENGINE_TIMEOUT,
-    ));
+    server_with(proxy, mode, ENGINE_TIMEOUT).await
+}
+
+async fn server_with(proxy: &Proxy, mode: Mode, timeout: Duration) -> TestServer {
+    let docker = Arc::new(DockerRuntime::with_timeout(Some(proxy.host()), timeout));
     TestServer::over_engine(docker, mode, |c| c.sandbox.pool_size = 0).await
 }
 
@@ -377,5 +392,63 @@ async fn a_failed_hard_stop_is_reported_as_failed_and_retried_until_the_containe
     .await;
     let ran = common::run(&srv.client, &s, "echo fresh", 60_000).await;
     assert_eq!(ran.stdout(), "fresh\n");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_made_for_a_lost_answer_is_removed() {
+    common::prepare_host();
+    let proxy = Proxy::start();
+    // Long enough to look at the session while the reset waits.
+    let srv = server_with(&proxy, Mode::Supervisor, Duration::from_secs(8)).await;
+    let (s, _) = srv.session().await;
+    let mine = format!("sandboxd.session={s}");
+    assert_eq!(containers_labelled(&mine).len(), 1);
+    // The reset's new container is made, and the engine's answer lost.
+    proxy.set(Fault::LoseCreateReplies);
+    let mut client = srv.client.clone();
+    let id = s.clone();
+    let reset = tokio::spawn(async move {
+        client
+            .reset_sandbox(pb::ResetSandboxRequest { session_id: id })
+            .await
+    });
+    eventually(
+        Duration::from_secs(30),
+        "the engine making the container",
+        || {
+            containers_labelled(&mine)
+                .iter()
+                .any(|c| common::container_state(c) == "created")
+        },
+    )
+    .await;
+    // Reading the session and listing do not wait on the engine meanwhile.
+    let t0 = Instant::now();
+    srv.client
+        .clone()
+        .get_session(pb::GetSessionRequest {
+            session_id: s.clone(),
+        })
+        .await
+        .unwrap();
+    srv.client
+        .clone()
+        .list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    let refused = reset.await.unwrap().unwrap_err();
+    assert_eq!(reason(&refused), "SANDBOX_UNAVAILABLE", "{refused:?}");
+    proxy.set(Fault::Pass);
+    eventually(
+        Duration::from_secs(60),
+        "removing the container nobody knew of",
+        || containers_labelled(&mine).is_empty(),
+    )
+    .await;
+    let ran = common::run(&srv.client, &s, "echo again", 60_000).await;
+    assert_eq!(ran.stdout(), "again\n");
+    assert_eq!(containers_labelled(&mine).len(), 1);
     srv.stop().await;
 }

@@ -303,6 +303,16 @@ pub fn containers_labelled(label: &str) -> Vec<String> {
         .collect()
 }
 
+/// The state of container `id` (`created`, `running`, `exited`...), empty
+/// when there is none (docker CLI).
+pub fn container_state(id: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.State.Status}}", id])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Force-removes every container with `label` (docker CLI).
 pub fn remove_containers_labelled(label: &str) {
     let ids = containers_labelled(label);
