@@ -7,11 +7,11 @@
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
 //! - `pool`: warm sessions-to-be, kept ready (for the default image and
 //!   for each environment the operator names);
-//! - `records`: what each open session is, kept in the state directory so
-//!   that a restarted service brings it back;
 //! - `builds`: environments as callers reach them: who may build, every
 //!   build journaled;
 //! - `prepare`: a session-to-be (workspace opened, sandbox specified);
+//! - `records`: what each open session is, kept in the state directory so
+//!   that a restarted service brings it back;
 //! - `archives`: tar archives in and out of a session's workspace;
 //! - `checkpoints`: a session's checkpoints and changes;
 //! - `command`: running a command in a session's container;

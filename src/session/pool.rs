@@ -107,6 +107,7 @@ impl Pool {
     }
 
     /// Starts enough background fills of `image` to have `want` ready.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fill(
         self: &Arc<Self>,
         config: &Arc<Config>,
@@ -115,6 +116,7 @@ impl Pool {
         volumes: &Arc<Volumes>,
         image: &str,
         want: usize,
+        keep: Option<&super::records::Keep>,
     ) {
         loop {
             if self.closed.load(Ordering::SeqCst) || self.paused.load(Ordering::SeqCst) {
@@ -137,17 +139,47 @@ impl Pool {
                 self.filling.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-            let (pool, config, runtime, locks, volumes, image) = (
+            let (pool, config, runtime, locks, volumes, image, keep) = (
                 Arc::clone(self),
                 Arc::clone(config),
                 Arc::clone(runtime),
                 Arc::clone(locks),
                 Arc::clone(volumes),
                 image.to_string(),
+                keep.cloned(),
             );
             tokio::spawn(async move {
                 let limits = config.sandbox.default_limits;
-                match prepare(&config, &runtime, &locks, &volumes, None, image, limits).await {
+                let prepared = prepare(&config, &runtime, &locks, &volumes, None, image, limits)
+                    .await
+                    .map_err(|e| e.to_string());
+                // A durable service's files are made now, not when a caller waits.
+                let prepared = match (prepared, keep) {
+                    (Ok(mut warm), Some(keep)) => {
+                        let id = warm.id.clone();
+                        let made = tokio::task::spawn_blocking({
+                            let keep = keep.clone();
+                            move || keep.reserve(&id)
+                        })
+                        .await;
+                        match made {
+                            Ok(Ok(r)) => {
+                                warm.reserved = Some((keep, r));
+                                Ok(warm)
+                            }
+                            Ok(Err(e)) => {
+                                discard(warm).await;
+                                Err(e.to_string())
+                            }
+                            Err(e) => {
+                                discard(warm).await;
+                                Err(e.to_string())
+                            }
+                        }
+                    }
+                    (prepared, _) => prepared,
+                };
+                match prepared {
                     Ok(warm) => {
                         let started = warm.sandbox.ensure().await;
                         if let Err(e) = &started {

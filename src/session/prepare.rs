@@ -22,6 +22,8 @@ pub(super) struct Prepared {
     pub(super) workspace: Workspace,
     pub(super) volume: Volume,
     pub(super) sandbox: Sandbox,
+    /// Its record file and journal, made ahead by a durable service.
+    pub(super) reserved: Option<(super::records::Keep, super::records::Reserved)>,
 }
 
 /// Opens the workspace and builds the sandbox of a new session.
@@ -126,6 +128,7 @@ pub(super) async fn reopen(
         workspace,
         volume,
         sandbox: Sandbox::new(Arc::clone(runtime), spec),
+        reserved: None,
     })
 }
 
@@ -134,8 +137,14 @@ pub(super) async fn discard(warm: Prepared) {
     if let Err(e) = warm.sandbox.close().await {
         tracing::warn!(error = %e, "cannot remove a pooled container");
     }
-    let volume = warm.volume;
-    let _ = tokio::task::spawn_blocking(move || volume.remove()).await;
+    let (volume, reserved, id) = (warm.volume, warm.reserved, warm.id);
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some((keep, _)) = reserved {
+            keep.release(&id);
+        }
+        volume.remove()
+    })
+    .await;
 }
 
 /// Who a session's commands run as: the workspace's owner, with the

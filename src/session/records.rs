@@ -81,6 +81,44 @@ impl Record {
     }
 }
 
+/// Where a durable service keeps its sessions: their records and their
+/// journals' files. A session-to-be has both made ahead (see
+/// [`Reserved`]), so that opening one from the warm pool creates no file.
+#[derive(Debug, Clone)]
+pub(super) struct Keep {
+    pub records: Records,
+    pub journals: crate::journal::Files,
+}
+
+/// A session-to-be's record file (empty until the session opens) and its
+/// journal (with its file).
+#[derive(Debug)]
+pub(super) struct Reserved {
+    pub record: std::fs::File,
+    pub journal: crate::journal::Journal,
+}
+
+impl Keep {
+    /// Makes `id`'s record file, empty, and its journal. Blocking.
+    pub fn reserve(&self, id: &str) -> io::Result<Reserved> {
+        let record = self.records.dir.create_private(&name(id))?;
+        match crate::journal::Journal::new(id, Some(&self.journals)) {
+            Ok(journal) => Ok(Reserved { record, journal }),
+            Err(e) => {
+                let _ = self.records.dir.remove_file(&name(id));
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes what [`Keep::reserve`] made for `id` (a session-to-be that
+    /// was not used). Blocking.
+    pub fn release(&self, id: &str) {
+        let _ = self.records.dir.remove_file(&name(id));
+        crate::journal::Journal::remove_files(id, &self.journals);
+    }
+}
+
 /// The records of one service, in `sessions/` of its state directory.
 #[derive(Debug, Clone)]
 pub(super) struct Records {
@@ -99,18 +137,27 @@ impl Records {
         })
     }
 
-    /// Keeps `record`, whole or not at all: at once for every process
-    /// (the service's own crash cannot lose it), on the disk once
-    /// [`Records::sync`] returns. Blocking.
+    /// Keeps `record` of a new session (what [`Keep::reserve`] and the
+    /// registry do in two steps): a new file (never one planted in
+    /// advance), written in one call, at once for every process, so the
+    /// service's own crash cannot lose it. The kernel writes it to the disk
+    /// within seconds; a host crash before then, or one in the middle of
+    /// the write, leaves no record or one that cannot be read, and the
+    /// session's workspace goes to the quarantine. Blocking (one small
+    /// write).
+    #[cfg(test)]
     pub fn save(&self, record: &Record) -> io::Result<()> {
-        let bytes = serde_json::to_vec_pretty(record).map_err(io::Error::other)?;
-        self.dir.write_renamed(&name(&record.id), &bytes)
-    }
-
-    /// Waits until session `id`'s record is on the disk (a host crash
-    /// cannot lose it). Blocking.
-    pub fn sync(&self, id: &str) -> io::Result<()> {
-        self.dir.sync(&name(id))
+        use std::io::Write;
+        let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
+        let name = name(&record.id);
+        let written = self
+            .dir
+            .create_private(&name)
+            .and_then(|mut f| f.write_all(&bytes));
+        if written.is_err() {
+            let _ = self.dir.remove_file(&name);
+        }
+        written
     }
 
     /// Forgets session `id`. Blocking.
@@ -132,6 +179,11 @@ impl Records {
                 continue;
             };
             let read = match self.dir.read(&file) {
+                // Reserved for a session-to-be that never opened.
+                Ok(Some(bytes)) if bytes.is_empty() => {
+                    let _ = self.dir.remove_file(&file);
+                    continue;
+                }
                 Ok(Some(bytes)) => serde_json::from_slice::<Record>(&bytes)
                     .map_err(|e| format!("unreadable record: {e}"))
                     .and_then(|r| {

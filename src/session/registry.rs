@@ -36,6 +36,21 @@ use crate::volume::Volumes;
 use crate::workspace::history::{History, HistoryLimits};
 use crate::workspace::lock::PathLocks;
 
+/// Writes `session`'s record into its reserved file (nothing when the
+/// service is not durable). One small write, not worth a trip to the
+/// blocking pool.
+fn save_record(
+    session: &Session,
+    file: Option<(super::records::Keep, std::fs::File)>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let Some((_, mut file)) = file else {
+        return Ok(());
+    };
+    let bytes = serde_json::to_vec(&record_of(session)).map_err(std::io::Error::other)?;
+    file.write_all(&bytes)
+}
+
 /// What is kept of `session`, to bring it back after a restart.
 fn record_of(session: &Session) -> Record {
     let millis = |d: std::time::Duration| d.as_millis() as u64;
@@ -113,6 +128,8 @@ pub struct Registry {
     journals: journal::Files,
     /// The open sessions' records.
     records: Records,
+    /// Where a durable service keeps its sessions (`None`: not durable).
+    keep: Option<super::records::Keep>,
     /// Held while this instance lives, so that no other one uses the state
     /// directory (the kernel lets go of it however the process ends).
     _live: std::os::fd::OwnedFd,
@@ -190,6 +207,7 @@ impl Registry {
             .collect::<Result<Vec<_>, _>>()?;
         let mut sandbox = config.sandbox.clone();
         sandbox.state_id = state_id;
+        let durable = config.durable;
         let config = Arc::new(Config {
             allowed_roots,
             sandbox,
@@ -213,6 +231,10 @@ impl Registry {
             locks: Arc::new(PathLocks::default()),
             volumes,
             journal_dir,
+            keep: durable.then(|| super::records::Keep {
+                records: records.clone(),
+                journals: journals.clone(),
+            }),
             journals,
             records,
             _live: live,
@@ -346,6 +368,7 @@ impl Registry {
             workspace,
             volume,
             sandbox,
+            reserved,
         } = match warm {
             Some(warm) => warm,
             None => {
@@ -365,22 +388,46 @@ impl Registry {
             self.fill_pool();
         }
         // The journal and the history, or nothing of the session stays.
+        // A durable session's files were made with its warm entry, or now.
+        let reserved = match (reserved, &self.keep) {
+            (Some(r), _) => Some(r),
+            (None, Some(keep)) => keep.reserve(&id).map(|r| (keep.clone(), r)).ok(),
+            (None, None) => None,
+        };
         let parts = async {
-            let journal = Journal::new(&id, self.journal_files()).map_err(Error::Journal)?;
+            let (journal, record) = match reserved {
+                Some((keep, r)) => {
+                    let super::records::Reserved { journal, record } = r;
+                    (journal, Some((keep, record)))
+                }
+                None if self.keep.is_some() => {
+                    return Err(Error::Record(std::io::Error::other(
+                        "cannot make the session's record file",
+                    )));
+                }
+                None => (
+                    Journal::new(&id, self.journal_files()).map_err(Error::Journal)?,
+                    None,
+                ),
+            };
             let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
                 .await
                 .map_err(Error::CreateWorkspace)?;
-            Ok::<_, Error>((journal, history))
+            Ok::<_, Error>((journal, record, history))
         }
         .await;
-        let (journal, history) = match parts {
+        let (journal, record_file, history) = match parts {
             Ok(parts) => parts,
             Err(e) => {
+                if let Some(keep) = &self.keep {
+                    keep.release(&id);
+                }
                 discard(Prepared {
                     id,
                     workspace,
                     volume,
                     sandbox,
+                    reserved: None,
                 })
                 .await;
                 return Err(e.into());
@@ -414,7 +461,7 @@ impl Registry {
         });
         // Kept before anyone learns of the session: a session a crash can
         // lose is never handed out.
-        if let Err(e) = self.save_record(&session).await {
+        if let Err(e) = save_record(&session, record_file) {
             tracing::warn!(session = %session.id, error = %e, "cannot record the session");
             let _ = session.sandbox.close().await;
             remove_volume(&session).await;
@@ -531,28 +578,6 @@ impl Registry {
         });
     }
 
-    async fn save_record(&self, session: &Session) -> std::io::Result<()> {
-        if !self.config.durable {
-            return Ok(());
-        }
-        let record = record_of(session);
-        let records = self.records.clone();
-        let id = record.id.clone();
-        let saving = records.clone();
-        tokio::task::spawn_blocking(move || saving.save(&record))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))??;
-        // On the disk soon after, off the caller's path: until then a host
-        // crash (not the service's) could lose the record, and the
-        // session's workspace would go to the quarantine.
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = records.sync(&id) {
-                tracing::warn!(session = %id, error = %e, "cannot sync the session's record");
-            }
-        });
-        Ok(())
-    }
-
     /// Where a new session's journal is appended: to a file when the
     /// operator keeps journals or sessions are durable (a restart reads it
     /// back); in memory only otherwise.
@@ -647,6 +672,7 @@ impl Registry {
             workspace,
             volume,
             sandbox,
+            reserved: _,
         } = reopen(
             &self.config,
             &self.runtime,
@@ -876,7 +902,28 @@ impl Registry {
             live.extend(pool.ids());
         }
         let volumes = Arc::clone(&self.volumes);
-        let swept = tokio::task::spawn_blocking(move || volumes.sweep(&live)).await;
+        // Journals the service keeps for itself: an empty one no session
+        // owns was made ahead for a warm entry that never opened. One with
+        // entries is a session's that could not come back: it stays.
+        let journals = self.journal_dir.is_none().then(|| self.journals.clone());
+        let swept = tokio::task::spawn_blocking(move || {
+            if let Some(files) = journals {
+                for name in files.dir.names().unwrap_or_default() {
+                    let id = name.split('.').next().unwrap_or_default();
+                    let empty = files
+                        .dir
+                        .read(&name)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|b| b.is_empty());
+                    if empty && !live.iter().any(|l| l == id) {
+                        let _ = files.dir.remove_file(&name);
+                    }
+                }
+            }
+            volumes.sweep(&live)
+        })
+        .await;
         if let Ok(n) = swept
             && n > 0
         {
@@ -916,9 +963,11 @@ impl Registry {
             &self.volumes,
             &cfg.default_image,
             cfg.pool_size,
+            self.keep.as_ref(),
         );
         for (name, pool) in &self.environment_pools {
             let want = cfg.environment_pools.get(name).copied().unwrap_or(0);
+            let keep = self.keep.clone();
             let (name, pool, builds, config, runtime, locks, volumes) = (
                 name.clone(),
                 Arc::clone(pool),
@@ -939,7 +988,15 @@ impl Registry {
                 for stale in pool.stale(&env.image) {
                     discard(stale).await;
                 }
-                pool.fill(&config, &runtime, &locks, &volumes, &env.image, want);
+                pool.fill(
+                    &config,
+                    &runtime,
+                    &locks,
+                    &volumes,
+                    &env.image,
+                    want,
+                    keep.as_ref(),
+                );
             });
         }
     }

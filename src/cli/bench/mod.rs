@@ -175,7 +175,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         }
         if wanted("durability") {
             settle().await;
-            durability(&local, args.samples, &mut rows).await?;
+            durability(args.samples, &mut rows).await?;
         }
         Ok::<(), AnyError>(())
     }
@@ -308,21 +308,26 @@ async fn round_trip(
 }
 
 /// The cost of durable sessions (each recorded in the state directory, its
-/// journal in a file) and of the metrics, A/B against `plain` in the same
-/// run: a second service with both on, its samples alternating with the
-/// plain one's.
-async fn durability(
-    plain: &sandboxd::local::Local,
-    n: usize,
-    rows: &mut Vec<Row>,
-) -> Result<(), AnyError> {
+/// journal in a file) and of the metrics, A/B in the same run: two services
+/// set up alike but for those, their samples alternating.
+async fn durability(n: usize, rows: &mut Vec<Row>) -> Result<(), AnyError> {
     eprintln!("durable sessions and metrics vs neither ({n} samples each)...");
     let pool_size = defaults::POOL_SIZE;
-    let durable = sandboxd::local::Local::start("bench-durable", pool_size, |c| {
-        c.durable = true;
-        c.metrics = Some(Arc::new(sandboxd::metrics::Metrics::new()));
+    let plain = sandboxd::local::Local::start("bench-plain", pool_size, |_| {}).await?;
+    let durable = match sandboxd::local::Local::start("bench-durable", pool_size, |c| {
+        c.durable = std::env::var_os("EXP_DURABLE").is_some();
+        if std::env::var_os("EXP_METRICS").is_some() {
+            c.metrics = Some(Arc::new(sandboxd::metrics::Metrics::new()));
+        }
     })
-    .await?;
+    .await
+    {
+        Ok(durable) => durable,
+        Err(e) => {
+            plain.stop().await?;
+            return Err(e.into());
+        }
+    };
     let result = async {
         let services = [
             (&plain.client, &plain.registry),
@@ -375,6 +380,7 @@ async fn durability(
     }
     .await;
     durable.stop().await?;
+    plain.stop().await?;
     let (runs, starts) = result?;
     for (figure, samples) in [
         (
