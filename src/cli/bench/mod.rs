@@ -315,10 +315,8 @@ async fn durability(n: usize, rows: &mut Vec<Row>) -> Result<(), AnyError> {
     let pool_size = defaults::POOL_SIZE;
     let plain = sandboxd::local::Local::start("bench-plain", pool_size, |_| {}).await?;
     let durable = match sandboxd::local::Local::start("bench-durable", pool_size, |c| {
-        c.durable = std::env::var_os("EXP_DURABLE").is_some();
-        if std::env::var_os("EXP_METRICS").is_some() {
-            c.metrics = Some(Arc::new(sandboxd::metrics::Metrics::new()));
-        }
+        c.durable = true;
+        c.metrics = Some(Arc::new(sandboxd::metrics::Metrics::new()));
     })
     .await
     {
