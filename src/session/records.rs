@@ -3,14 +3,17 @@
 //! timeouts), kept in the state directory so that a service that restarts,
 //! after a crash or not, brings its sessions back.
 //!
-//! One file per session, `sessions/<id>.json`, written once when the
-//! session opens (to a temporary name, synced, renamed, the directory
-//! synced: after any crash a record is whole or absent) and removed when
-//! it closes. Sessions are independent and their records small and written
-//! twice in their life, so a file each needs no compaction, no log replay
-//! and no second writer to coordinate, and one damaged record costs only
-//! its own session. What changes during a session lives elsewhere: the
-//! journal in its own append-only file, the files in the workspace.
+//! One file per session, `sessions/<id>.json`: made empty with the
+//! session-to-be (a warm entry makes it in the background), written in one
+//! call before the session is handed out, removed when it closes. The
+//! service's own crash cannot lose a record the kernel has; a host crash in
+//! the seconds before the kernel writes it out may leave it absent, empty
+//! or cut short, and such a record is dropped (its workspace goes to the
+//! quarantine, never away). Sessions are independent and their records
+//! small and written once, so a file each needs no compaction, no log
+//! replay and no second writer to coordinate, and one damaged record costs
+//! only its own session. What changes during a session lives elsewhere:
+//! the journal in its own append-only file, the files in the workspace.
 
 use std::collections::BTreeMap;
 use std::io;
