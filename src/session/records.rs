@@ -73,14 +73,49 @@ pub(super) enum Place {
 }
 
 impl Record {
+    /// What is kept of `session`, to bring it back after a restart.
+    pub fn of(session: &super::tools::Session) -> Record {
+        let millis = |d: std::time::Duration| d.as_millis() as u64;
+        let (identity, lent) = {
+            let volume = session.volume.lock().unwrap_or_else(|e| e.into_inner());
+            let volume = volume.as_ref();
+            (
+                volume.map_or((0, 0), |v| v.identity()),
+                volume.is_some_and(|v| !v.owns_workspace()),
+            )
+        };
+        let spec = session.sandbox.spec();
+        Record {
+            version: VERSION,
+            id: session.id.clone(),
+            token_sha256: hex::encode(session.token_hash),
+            created_ms: session
+                .created
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, millis),
+            ttl_ms: millis(session.ttl),
+            default_timeout_ms: millis(session.default_timeout),
+            image: spec.image.clone(),
+            environment: session.environment.clone(),
+            limits: spec.limits,
+            env: session.env.clone(),
+            // The rules in force, the operator's included: a session never
+            // comes back looser than it was.
+            rules: session.policy.rules().clone(),
+            workspace: if lent {
+                Place::Lent {
+                    path: session.workspace.host_path().to_path_buf(),
+                }
+            } else {
+                Place::Fresh
+            },
+            identity,
+        }
+    }
+
     /// Whether this service reads records like this one.
     pub fn readable(&self) -> bool {
         self.version == VERSION
-    }
-
-    /// A record of this version.
-    pub fn version() -> u32 {
-        VERSION
     }
 }
 
@@ -122,6 +157,14 @@ impl Keep {
     }
 }
 
+/// Writes `record` into its (reserved, empty) file, in one call: not worth
+/// a trip to the blocking pool.
+pub(super) fn write(file: &mut std::fs::File, record: &Record) -> io::Result<()> {
+    use std::io::Write;
+    let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
+    file.write_all(&bytes)
+}
+
 /// The records of one service, in `sessions/` of its state directory.
 #[derive(Debug, Clone)]
 pub(super) struct Records {
@@ -150,13 +193,11 @@ impl Records {
     /// write).
     #[cfg(test)]
     pub fn save(&self, record: &Record) -> io::Result<()> {
-        use std::io::Write;
-        let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
         let name = name(&record.id);
         let written = self
             .dir
             .create_private(&name)
-            .and_then(|mut f| f.write_all(&bytes));
+            .and_then(|mut f| write(&mut f, record));
         if written.is_err() {
             let _ = self.dir.remove_file(&name);
         }

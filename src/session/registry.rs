@@ -36,61 +36,6 @@ use crate::volume::Volumes;
 use crate::workspace::history::{History, HistoryLimits};
 use crate::workspace::lock::PathLocks;
 
-/// Writes `session`'s record into its reserved file (nothing when the
-/// service is not durable). One small write, not worth a trip to the
-/// blocking pool.
-fn save_record(
-    session: &Session,
-    file: Option<(super::records::Keep, std::fs::File)>,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let Some((_, mut file)) = file else {
-        return Ok(());
-    };
-    let bytes = serde_json::to_vec(&record_of(session)).map_err(std::io::Error::other)?;
-    file.write_all(&bytes)
-}
-
-/// What is kept of `session`, to bring it back after a restart.
-fn record_of(session: &Session) -> Record {
-    let millis = |d: std::time::Duration| d.as_millis() as u64;
-    let (identity, lent) = {
-        let volume = session.volume.lock().unwrap_or_else(|e| e.into_inner());
-        let volume = volume.as_ref();
-        (
-            volume.map_or((0, 0), |v| v.identity()),
-            volume.is_some_and(|v| !v.owns_workspace()),
-        )
-    };
-    let spec = session.sandbox.spec();
-    Record {
-        version: Record::version(),
-        id: session.id.clone(),
-        token_sha256: hex::encode(session.token_hash),
-        created_ms: session
-            .created
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, millis),
-        ttl_ms: millis(session.ttl),
-        default_timeout_ms: millis(session.default_timeout),
-        image: spec.image.clone(),
-        environment: session.environment.clone(),
-        limits: spec.limits,
-        env: session.env.clone(),
-        // The rules in force, the operator's included: a session never
-        // comes back looser than it was.
-        rules: session.policy.rules().clone(),
-        workspace: if lent {
-            Place::Lent {
-                path: session.workspace.host_path().to_path_buf(),
-            }
-        } else {
-            Place::Fresh
-        },
-        identity,
-    }
-}
-
 /// The lock a live instance holds in its state directory.
 const LIVE_LOCK: &str = "instance.lock";
 
@@ -396,10 +341,7 @@ impl Registry {
         };
         let parts = async {
             let (journal, record) = match reserved {
-                Some((keep, r)) => {
-                    let super::records::Reserved { journal, record } = r;
-                    (journal, Some((keep, record)))
-                }
+                Some((_, super::records::Reserved { journal, record })) => (journal, Some(record)),
                 None if self.keep.is_some() => {
                     return Err(Error::Record(std::io::Error::other(
                         "cannot make the session's record file",
@@ -461,7 +403,11 @@ impl Registry {
         });
         // Kept before anyone learns of the session: a session a crash can
         // lose is never handed out.
-        if let Err(e) = save_record(&session, record_file) {
+        let kept = match record_file {
+            Some(mut file) => super::records::write(&mut file, &Record::of(&session)),
+            None => Ok(()),
+        };
+        if let Err(e) = kept {
             tracing::warn!(session = %session.id, error = %e, "cannot record the session");
             let _ = session.sandbox.close().await;
             remove_volume(&session).await;
