@@ -108,6 +108,7 @@ pub mod reason {
     pub const ARCHIVE_ENTRY_UNSAFE: &str = "ARCHIVE_ENTRY_UNSAFE";
     pub const ARCHIVE_ENTRY_INVALID: &str = "ARCHIVE_ENTRY_INVALID";
     pub const ARCHIVE_TOO_LARGE: &str = "ARCHIVE_TOO_LARGE";
+    pub const ARCHIVE_HEADER_TOO_LARGE: &str = "ARCHIVE_HEADER_TOO_LARGE";
     pub const ARCHIVE_BOMB: &str = "ARCHIVE_BOMB";
     pub const ARCHIVE_MALFORMED: &str = "ARCHIVE_MALFORMED";
     pub const ARCHIVE_CONFLICT: &str = "ARCHIVE_CONFLICT";
@@ -887,6 +888,16 @@ fn upload_status(err: &archive::Error) -> Described {
                 &[("entry", entry.clone()), ("limit", limit.to_string())],
             )
         }
+        A::HeaderTooLarge { what, size, limit } => status(
+            Code::ResourceExhausted,
+            reason::ARCHIVE_HEADER_TOO_LARGE,
+            format!(
+                "The archive holds a {what} of {size} bytes, past its bound of {limit} bytes; it \
+                 was refused before it was read. {NONE} Rebuild the archive with shorter names \
+                 and fewer extended attributes."
+            ),
+            &[("limit", limit.to_string()), ("size", size.to_string())],
+        ),
         A::Bomb { ratio } => status(
             Code::ResourceExhausted,
             reason::ARCHIVE_BOMB,

@@ -11,7 +11,9 @@
 //! a file's size, or the ratio of expanded to compressed bytes (a gzip
 //! bomb is stopped within a megabyte of output past the ratio). A cut-off
 //! stream (no end-of-archive block, or a gzip stream without its trailer)
-//! is refused too. Set-id and sticky bits are dropped; owners are the
+//! is refused too. Extension records (GNU long names and links, PAX
+//! headers) are bounded before they are read (see `read`). Set-id and
+//! sticky bits are dropped; owners are the
 //! workspace's. Only once the whole archive is staged and checked do its
 //! entries land, each by a rename (see [`restore::land`]): a failure there
 //! is undone. A refused archive changes nothing.
@@ -22,7 +24,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
@@ -30,9 +32,12 @@ use rustix::fs::{AtFlags, Gid, Mode, OFlags, Timestamps, Uid};
 
 mod download;
 mod plan;
+mod read;
 
 pub use download::{DownloadError, DownloadOptions, Downloaded, MAX_SKIPPED_LISTED, download};
+pub use read::{Extension, MAX_PAX_BYTES};
 
+use super::tree::intent::Intents;
 use super::tree::restore::{self, Stage, Step};
 use super::tree::show;
 use plan::{PlannedStep, plan};
@@ -162,6 +167,17 @@ pub enum Error {
         /// The ratio allowed.
         ratio: u64,
     },
+    /// An extension record (long name, long link, PAX) is larger than its
+    /// bound: refused from its header, before any of it is read.
+    #[error("a {what} of {size} bytes is past its bound of {limit} bytes")]
+    HeaderTooLarge {
+        /// Which kind of record.
+        what: Extension,
+        /// The size its header gives.
+        size: u64,
+        /// The bound.
+        limit: u64,
+    },
     /// Not a tar archive, a corrupt one, or one cut short.
     #[error("malformed archive: {0}")]
     Malformed(String),
@@ -185,78 +201,6 @@ pub enum Error {
     /// Reading the stream failed.
     #[error("read the archive: {0}")]
     Read(io::Error),
-}
-
-/// Marks a read error that is the ratio guard's, not the stream's.
-#[derive(Debug)]
-struct RatioPassed;
-
-impl std::fmt::Display for RatioPassed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the archive expands past the ratio ceiling")
-    }
-}
-
-impl std::error::Error for RatioPassed {}
-
-/// Counts what passes through; remembers whether the end was reached.
-struct Counted<R> {
-    inner: R,
-    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    eof: bool,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n == 0 && !buf.is_empty() {
-            self.eof = true;
-        }
-        self.count
-            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(n)
-    }
-}
-
-/// The expanded stream, refusing to go past `ratio` times the compressed
-/// bytes read (once past a megabyte).
-struct Ratio<R> {
-    inner: R,
-    out: u64,
-    compressed: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    ratio: u64,
-    eof: bool,
-}
-
-impl<R: Read> Read for Ratio<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n == 0 && !buf.is_empty() {
-            self.eof = true;
-        }
-        self.out += n as u64;
-        let compressed = self
-            .compressed
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .max(1);
-        if self.out > (1 << 20) && self.out > compressed.saturating_mul(self.ratio) {
-            return Err(io::Error::other(RatioPassed));
-        }
-        Ok(n)
-    }
-}
-
-fn read_err(e: io::Error, ratio: u64) -> Error {
-    if e.get_ref().is_some_and(|inner| inner.is::<RatioPassed>()) {
-        return Error::Bomb { ratio };
-    }
-    match e.kind() {
-        io::ErrorKind::UnexpectedEof => Error::Malformed("the stream ends inside an entry".into()),
-        io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::Other => {
-            Error::Malformed(e.to_string())
-        }
-        _ => Error::Read(e),
-    }
 }
 
 /// An entry staged, waiting to land.
@@ -315,6 +259,7 @@ fn ancestors(path: &str) -> impl Iterator<Item = &str> {
 /// asked about every path an entry lands on (the session's policy).
 pub fn upload(
     root: &OwnedFd,
+    intents: Option<&Intents>,
     dest: &str,
     src: impl Read,
     limits: UploadLimits,
@@ -322,7 +267,7 @@ pub fn upload(
     allow: &dyn Fn(&str) -> Result<(), crate::policy::Denial>,
 ) -> Result<Uploaded, Error> {
     let dest = normalise_dest(dest)?;
-    let stage = Stage::new(root, "upload")?;
+    let stage = Stage::new(root, "upload", intents)?;
     let result = (|| {
         let (entries, order, stats) = extract(src, stage.fd(), limits, owner)?;
         let steps_owned = plan(root, &dest, &entries, &order, allow)?;
@@ -344,7 +289,8 @@ fn normalise_dest(dest: &str) -> Result<String, Error> {
         .filter(|rest| rest.is_empty() || rest.starts_with('/'))
         .map(|rest| rest.trim_start_matches('/'))
         .unwrap_or(dest);
-    if trimmed.trim_matches('/').is_empty() {
+    // `.`, `./` and `/workspace/.` name the root, as in every other tool.
+    if trimmed.split('/').all(|c| c.is_empty() || c == ".") {
         return Ok(String::new());
     }
     normalise(trimmed.as_bytes(), 4096).map_err(|_| Error::Destination(dest.to_string()))
@@ -359,47 +305,23 @@ fn extract(
     limits: UploadLimits,
     owner: Option<(u32, u32)>,
 ) -> Result<Extracted, Error> {
-    let compressed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut raw = BufReader::with_capacity(
-        256 * 1024,
-        Counted {
-            inner: src,
-            count: std::sync::Arc::clone(&compressed),
-            eof: false,
-        },
-    );
-    let head = raw.fill_buf().map_err(Error::Read)?;
-    let gzip = head.starts_with(&[0x1f, 0x8b]);
-    if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        return Err(Error::Malformed(
-            "zstd is not accepted: send a plain or gzip-compressed tar".into(),
-        ));
-    }
-    let decoded: Box<dyn Read> = if gzip {
-        Box::new(flate2::bufread::MultiGzDecoder::new(raw))
-    } else {
-        Box::new(raw)
-    };
-    let mut expanded = Ratio {
-        inner: decoded,
-        out: 0,
-        compressed,
-        ratio: limits.max_ratio,
-        eof: false,
-    };
+    let ratio = limits.max_ratio;
+    let mut expanded = read::open(src, ratio)?;
     let mut entries: HashMap<String, Staged> = HashMap::new();
     let mut order = Vec::new();
     let mut stats = Uploaded::default();
     let mut count = 0u64;
     {
         let mut archive = tar::Archive::new(&mut expanded);
-        let iter = archive
-            .entries()
-            .map_err(|e| read_err(e, limits.max_ratio))?;
-        for entry in iter {
-            let mut entry = entry.map_err(|e| read_err(e, limits.max_ratio))?;
+        let mut iter =
+            read::Entries::new(&mut archive, limits.max_path_bytes, limits.max_bytes, ratio)?;
+        while let Some(read::Entry {
+            inner: mut entry,
+            path: raw_path,
+            link,
+        }) = iter.next_entry()?
+        {
             count += 1;
-            let raw_path = entry.path_bytes().into_owned();
             if count > limits.max_entries {
                 return Err(Error::TooLarge {
                     what: Ceiling::Entries,
@@ -455,7 +377,7 @@ fn extract(
                     let mtime = header.mtime().ok();
                     stage_file(stage, n, &mut entry, mode, mtime, owner, &path).map_err(
                         |e| match e {
-                            StageError::Read(e) => read_err(e, limits.max_ratio),
+                            StageError::Read(e) => read::read_err(e, ratio),
                             StageError::Write(e) => Error::Land(e),
                         },
                     )?;
@@ -464,7 +386,7 @@ fn extract(
                     Staged::Entry { n, symlink: false }
                 }
                 tar::EntryType::Symlink => {
-                    let target = entry.link_name_bytes().unwrap_or_default().into_owned();
+                    let target = link.clone();
                     if target.is_empty() || target.contains(&0) {
                         return Err(Error::Malformed(format!("symlink {path} has no target")));
                     }
@@ -488,7 +410,7 @@ fn extract(
                     Staged::Entry { n, symlink: true }
                 }
                 tar::EntryType::Link => {
-                    let target = entry.link_name_bytes().unwrap_or_default().into_owned();
+                    let target = link.clone();
                     let outside = || Error::Unsafe {
                         entry: path.clone(),
                         why: Unsafe::HardLinkOutside(show(&target)),
@@ -516,8 +438,6 @@ fn extract(
                 tar::EntryType::Block => return Err(special(&path, "a block device")),
                 tar::EntryType::Fifo => return Err(special(&path, "a fifo")),
                 tar::EntryType::GNUSparse => return Err(special(&path, "a sparse file")),
-                // Metadata of the archive itself, not entries.
-                tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => continue,
                 _ => return Err(special(&path, "an entry of an unknown type")),
             };
             if entries.contains_key(&path) {
@@ -537,7 +457,7 @@ fn extract(
     }
     // What follows the end (padding, the gzip trailer) is read through, so
     // a gzip stream cut short or corrupt is refused too.
-    io::copy(&mut expanded, &mut io::sink()).map_err(|e| read_err(e, limits.max_ratio))?;
+    io::copy(&mut expanded, &mut io::sink()).map_err(|e| read::read_err(e, ratio))?;
     Ok((entries, order, stats))
 }
 
