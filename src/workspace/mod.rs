@@ -14,6 +14,7 @@ mod ops;
 pub mod patch;
 mod patching;
 pub mod path;
+pub mod quote;
 pub mod remove;
 pub mod tree;
 pub mod walk;
@@ -277,6 +278,10 @@ struct Inner {
     new_owner: Option<(u32, u32)>,
     /// Walks of this workspace running at once.
     walks: Arc<Semaphore>,
+    /// Where landings (uploads, patches, restores) are recorded before
+    /// they begin, once the service has given a place (see
+    /// [`Workspace::record_landings_in`]).
+    intents: std::sync::OnceLock<tree::intent::Intents>,
 }
 
 impl Workspace {
@@ -297,6 +302,7 @@ impl Workspace {
                 owner,
                 new_owner,
                 walks,
+                intents: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -513,12 +519,34 @@ impl Workspace {
         let allow = |path: &str| policy.check_write("UploadArchive", path);
         archive::upload(
             self.inner.root.fd(),
+            self.inner.intents.get(),
             dest,
             src,
             limits,
             self.inner.new_owner,
             &allow,
         )
+    }
+
+    /// From now on, records every landing (an upload, a patch, a restore)
+    /// in `dir`, a directory of the service's own out of every command's
+    /// reach (see [`tree::intent`]). A workspace is given its place once;
+    /// a second is ignored.
+    pub fn record_landings_in(&self, dir: OwnedFd) {
+        let _ = self.inner.intents.set(tree::intent::Intents::new(dir));
+    }
+
+    /// Finishes what a crash left recorded in `dir` (see
+    /// [`Workspace::record_landings_in`]): landings cut short are finished
+    /// (or undone, if they cannot be), staging directories removed. Run
+    /// before any command can run in the workspace again. Blocking.
+    pub fn finish_landings(&self, dir: OwnedFd) -> io::Result<Vec<tree::intent::Finished>> {
+        tree::intent::finish(self.inner.root.fd(), &tree::intent::Intents::new(dir))
+    }
+
+    /// Where landings are recorded, if anywhere.
+    pub fn intents(&self) -> Option<&tree::intent::Intents> {
+        self.inner.intents.get()
     }
 
     /// Writes a tar archive of `path` to `out` (see [`archive::download`]).

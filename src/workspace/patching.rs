@@ -241,7 +241,7 @@ fn land(inner: &Inner, targets: &[Target], planned: &[Planned]) -> Result<(), Er
             )),
         },
     };
-    let stage = Stage::new(root, "patch").map_err(io)?;
+    let stage = Stage::new(root, "patch", inner.intents.get()).map_err(io)?;
     let result = (|| {
         let mut steps_owned: Vec<(u8, Vec<u8>, usize, u32)> = Vec::new();
         let mut made = std::collections::HashSet::new();

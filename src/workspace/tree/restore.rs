@@ -14,6 +14,10 @@
 //! Every step works through directory fds opened one component at a time
 //! without following symlinks: a process that swaps a directory for a
 //! symlink meanwhile makes the restore fail (and undo), never write outside.
+//!
+//! A landing given a place for records ([`Intents`]) records itself before
+//! it begins, so that one cut short by a crash of the service is finished
+//! at the next start ([`resume`], see [`super::intent`]).
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
@@ -24,6 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, RenameFlags, Uid};
 
+use super::intent::Intents;
 use super::store::Store;
 use super::{Manifest, Node, open_dir, show};
 use crate::workspace::remove::remove_tree_at;
@@ -100,26 +105,46 @@ pub enum Step<'a> {
 /// removed or replaced goes until the end.
 pub struct Stage {
     name: String,
+    what: String,
     fd: OwnedFd,
     /// An undo failed: what it holds must stay for its owner.
     keep: std::cell::Cell<bool>,
+    /// Where the landing is recorded, if anywhere.
+    intents: Option<Intents>,
 }
 
 impl Stage {
     /// Makes a fresh staging directory under `root`, named for `what`.
-    pub fn new(root: &OwnedFd, what: &str) -> Result<Stage, Error> {
+    /// With `intents`, it is recorded first, and so is the landing later:
+    /// a crash in between is undone or finished at the next start.
+    pub fn new(root: &OwnedFd, what: &str, intents: Option<&Intents>) -> Result<Stage, Error> {
         let name = format!(".sandboxd-{what}.{:016x}", rand_u64());
-        rustix::fs::mkdirat(root, name.as_str(), Mode::from_raw_mode(0o700))
-            .map_err(errno("create the staging directory", name.as_bytes()))?;
-        match open_dir(root, name.as_bytes()) {
+        if let Some(intents) = intents {
+            intents
+                .staging(what, &name)
+                .map_err(fail("record the landing into", b"."))?;
+        }
+        let made = rustix::fs::mkdirat(root, name.as_str(), Mode::from_raw_mode(0o700))
+            .map_err(errno("create the staging directory", name.as_bytes()))
+            .and_then(|()| {
+                open_dir(root, name.as_bytes()).map_err(|e| {
+                    let _ = remove_tree_at(root, OsStr::new(&name));
+                    fail("open the staging directory", name.as_bytes())(e)
+                })
+            });
+        match made {
             Ok(fd) => Ok(Stage {
                 name,
+                what: what.to_string(),
                 fd,
                 keep: std::cell::Cell::new(false),
+                intents: intents.cloned(),
             }),
             Err(e) => {
-                let _ = remove_tree_at(root, OsStr::new(&name));
-                Err(fail("open the staging directory", name.as_bytes())(e))
+                if let Some(intents) = intents {
+                    intents.over(&name);
+                }
+                Err(e)
             }
         }
     }
@@ -132,13 +157,41 @@ impl Stage {
     /// Removes the directory and all it holds, unless an undo failed: then
     /// it stays, with what could not be put back.
     pub fn remove(self, root: &OwnedFd) {
-        if self.keep.get() {
-            return;
+        if !self.keep.get() {
+            drop(self.fd);
+            if let Err(e) = remove_tree_at(root, OsStr::new(&self.name)) {
+                tracing::warn!(error = %e, "cannot remove a staging directory");
+            }
         }
-        drop(self.fd);
-        if let Err(e) = remove_tree_at(root, OsStr::new(&self.name)) {
-            tracing::warn!(error = %e, "cannot remove a staging directory");
+        // Removed or kept for its owner, the landing is over.
+        if let Some(intents) = &self.intents {
+            intents.over(&self.name);
         }
+    }
+
+    /// Records the landing of `steps` before it begins.
+    pub(super) fn record(
+        &self,
+        steps: &[Step<'_>],
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), Error> {
+        let Some(intents) = &self.intents else {
+            return Ok(());
+        };
+        let staged = steps.iter().filter_map(|s| match s {
+            Step::Place(_, n) | Step::Exchange(_, n) => Some(*n),
+            _ => None,
+        });
+        let mut inodes = vec![0u64; staged.clone().max().map_or(0, |n| n + 1)];
+        for n in staged {
+            let st =
+                rustix::fs::statat(&self.fd, n.to_string().as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(errno("record the landing into", b"."))?;
+            inodes[n] = st.st_ino;
+        }
+        intents
+            .landing(&self.what, &self.name, steps, &inodes, owner)
+            .map_err(fail("record the landing into", b"."))
     }
 }
 
@@ -150,31 +203,54 @@ pub fn land(
     steps: &[Step<'_>],
     owner: Option<(u32, u32)>,
 ) -> Result<(), Error> {
+    stage.record(steps, owner)?;
     let mut undo = Vec::new();
-    let applied = apply(root, &stage.fd, steps, owner, &mut undo);
-    match applied {
-        Ok(()) => Ok(()),
-        Err(mut e) => {
-            if rollback(root, &stage.fd, undo) > 0 {
-                // What could not be put back lies in the staging directory:
-                // it stays, its owner's, and the caller is told where.
-                stage.keep.set(true);
-                if let Some((uid, gid)) = owner {
-                    let _ = rustix::fs::fchown(
-                        &stage.fd,
-                        Some(Uid::from_raw(uid)),
-                        Some(Gid::from_raw(gid)),
-                    );
-                }
-                e.left_in = Some(stage.name.clone());
-            }
-            Err(e)
+    let applied = apply(root, &stage.fd, steps, owner, None, &mut undo);
+    if let Err(mut e) = applied {
+        if rollback(root, &stage.fd, undo) > 0 {
+            // What could not be put back lies in the staging directory:
+            // it stays, its owner's, and the caller is told where.
+            stage.keep.set(true);
+            give(&stage.fd, owner);
+            e.left_in = Some(stage.name.clone());
         }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Finishes a landing of `steps` from `stage` that a crash cut short: the
+/// steps not yet done are taken (`inodes[n]` is the inode staged entry `n`
+/// had, which tells an exchange done). If one fails, every step done is
+/// undone, newest first, but modes; `left_in` is set when something could
+/// not be put back (the staging directory is then given to `owner`).
+pub fn resume(
+    root: &OwnedFd,
+    stage: &OwnedFd,
+    steps: &[Step<'_>],
+    inodes: &[u64],
+    owner: Option<(u32, u32)>,
+) -> Result<(), Error> {
+    let mut undo = Vec::new();
+    let applied = apply(root, stage, steps, owner, Some(inodes), &mut undo);
+    if let Err(mut e) = applied {
+        if rollback(root, stage, undo) > 0 {
+            give(stage, owner);
+            e.left_in = Some(String::new());
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn give(fd: &OwnedFd, owner: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = owner {
+        let _ = rustix::fs::fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
     }
 }
 
 /// A step done, and how to undo it.
-enum Done {
+pub(super) enum Done {
     Trashed { path: Vec<u8>, trash: String },
     Made { path: Vec<u8> },
     Placed { path: Vec<u8>, staged: String },
@@ -191,12 +267,13 @@ pub fn restore(
     target: &Manifest,
     store: &Store,
     owner: Option<(u32, u32)>,
+    intents: Option<&Intents>,
 ) -> Result<Restored, Error> {
     let (steps, staged, mut stats) = plan(current, target);
     if steps.is_empty() {
         return Ok(stats);
     }
-    let stage = Stage::new(root, "restore")?;
+    let stage = Stage::new(root, "restore", intents)?;
     let result = staged
         .iter()
         .enumerate()
@@ -377,29 +454,44 @@ fn stage_one(
     Ok(())
 }
 
-fn apply(
+/// Takes `steps` in order, recording each done in `undo`. When resuming
+/// (`inodes` given: see [`resume`]), a step already done is only recorded.
+pub(super) fn apply(
     root: &OwnedFd,
     stage: &OwnedFd,
     steps: &[Step<'_>],
     owner: Option<(u32, u32)>,
+    inodes: Option<&[u64]>,
     undo: &mut Vec<Done>,
 ) -> Result<(), Error> {
     let mut parents = Parents { root, last: None };
     let mut trash = 0usize;
+    let resuming = inodes.is_some();
+    let present = |dir: &OwnedFd, name: &[u8]| {
+        rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW).ok()
+    };
     for step in steps {
         match *step {
             Step::Remove(path) => {
+                trash += 1;
+                let to = format!("trash.{trash}");
+                let done = Done::Trashed {
+                    path: path.to_vec(),
+                    trash: to.clone(),
+                };
+                if resuming && present(stage, to.as_bytes()).is_some() {
+                    undo.push(done);
+                    continue;
+                }
                 let (dir, name) = parents
                     .of(path)
                     .map_err(fail("open the directory of", path))?;
-                trash += 1;
-                let to = format!("trash.{trash}");
-                rustix::fs::renameat(dir, OsStr::from_bytes(name), stage, to.as_str())
-                    .map_err(errno("remove", path))?;
-                undo.push(Done::Trashed {
-                    path: path.to_vec(),
-                    trash: to,
-                });
+                match rustix::fs::renameat(dir, OsStr::from_bytes(name), stage, to.as_str()) {
+                    Ok(()) => undo.push(done),
+                    // Gone already: removed, and its trash with the rest.
+                    Err(rustix::io::Errno::NOENT) if resuming => {}
+                    Err(e) => return Err(errno("remove", path)(e)),
+                }
                 // A removed directory may have been the cached parent.
                 parents.forget();
             }
@@ -407,9 +499,16 @@ fn apply(
                 let (dir, name) = parents
                     .of(path)
                     .map_err(fail("open the directory of", path))?;
+                let made = resuming
+                    && present(dir, name).is_some_and(|st| {
+                        rustix::fs::FileType::from_raw_mode(st.st_mode)
+                            == rustix::fs::FileType::Directory
+                    });
                 let name = OsStr::from_bytes(name);
-                rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
-                    .map_err(errno("create the directory", path))?;
+                if !made {
+                    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))
+                        .map_err(errno("create the directory", path))?;
+                }
                 undo.push(Done::Made {
                     path: path.to_vec(),
                 });
@@ -430,19 +529,30 @@ fn apply(
                     .of(path)
                     .map_err(fail("open the directory of", path))?;
                 let staged = n.to_string();
-                let flags = if exchange {
-                    RenameFlags::EXCHANGE
-                } else {
-                    RenameFlags::NOREPLACE
+                let done = match inodes {
+                    None => false,
+                    // A placed entry left the staging directory; an
+                    // exchanged one is at its path.
+                    Some(_) if !exchange => present(stage, staged.as_bytes()).is_none(),
+                    Some(inodes) => {
+                        present(dir, name).map(|st| st.st_ino) == inodes.get(n).copied()
+                    }
                 };
-                rustix::fs::renameat_with(
-                    stage,
-                    staged.as_str(),
-                    dir,
-                    OsStr::from_bytes(name),
-                    flags,
-                )
-                .map_err(errno("write", path))?;
+                if !done {
+                    let flags = if exchange {
+                        RenameFlags::EXCHANGE
+                    } else {
+                        RenameFlags::NOREPLACE
+                    };
+                    rustix::fs::renameat_with(
+                        stage,
+                        staged.as_str(),
+                        dir,
+                        OsStr::from_bytes(name),
+                        flags,
+                    )
+                    .map_err(errno("write", path))?;
+                }
                 let path = path.to_vec();
                 undo.push(if exchange {
                     Done::Exchanged { path, staged }
@@ -468,7 +578,7 @@ fn apply(
 /// Undoes `done`, newest first. Best effort: each inverse is a rename,
 /// rmdir or chmod of what the step itself made. Returns how many steps
 /// could not be undone.
-fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) -> usize {
+pub(super) fn rollback(root: &OwnedFd, stage: &OwnedFd, done: Vec<Done>) -> usize {
     let mut failed = 0;
     let mut parents = Parents { root, last: None };
     for step in done.into_iter().rev() {
