@@ -254,8 +254,22 @@ impl Environments {
                 }
             }
         }
+        // Images the recipe copies files from are found as bases are: local
+        // ones only, and a rebuilt one gives a new key.
+        let mut image_ids = Vec::new();
+        for image in &recipe.images {
+            match self.runtime.image_info(image).await? {
+                Some(info) => image_ids.push(info.id),
+                None => {
+                    return Err(Error::BaseMissing {
+                        image: image.clone(),
+                        local: self.local_images().await,
+                    });
+                }
+            }
+        }
         let ids: Vec<String> = base_ids.iter().map(|(_, id)| id.clone()).collect();
-        let key = recipe.key(&ids);
+        let key = recipe.key(&ids, &image_ids);
         let image = format!("{REPOSITORY_PREFIX}{}:{key}", req.name);
         let (tx, rx) = mpsc::channel(64);
         if let Some(info) = self.runtime.image_info(&image).await? {

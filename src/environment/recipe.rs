@@ -18,6 +18,9 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 
 use super::error::Error;
+use dockerfile::From;
+
+mod dockerfile;
 
 /// Where the recipe's Dockerfile is put in the context.
 pub const DOCKERFILE: &str = ".sandboxd.Dockerfile";
@@ -72,6 +75,9 @@ pub struct Recipe {
     entries: Vec<Entry>,
     /// Images the recipe builds on, in order of appearance.
     pub bases: Vec<String>,
+    /// Images (not stages) its `COPY --from` and `RUN --mount=from=` read
+    /// files from: local images only, like bases, their ids in the key.
+    pub images: Vec<String>,
     /// Hash of the caller's recipe and context, and of the CA (the base
     /// images' ids are added by the caller of [`Recipe::key`]).
     digest: Sha256,
@@ -132,7 +138,7 @@ impl Recipe {
         if text.trim().is_empty() {
             return Err(Error::InvalidRecipe("the Dockerfile is empty".into()));
         }
-        let froms = froms(&text)?;
+        let dockerfile::Read { froms, images } = dockerfile::read(&text)?;
         if froms.is_empty() {
             return Err(Error::InvalidRecipe(
                 "the Dockerfile has no FROM line: start it with `FROM sandboxd-default:latest` \
@@ -168,18 +174,24 @@ impl Recipe {
             froms,
             entries,
             bases,
+            images,
             digest,
             ca: ca.is_some(),
         })
     }
 
     /// The recipe's identity: its hash with the ids of its base images (so
-    /// a rebuilt base gives a new key), the whole sha256 in hex (a shorter
-    /// key can be collided on purpose: one recipe answered with another).
-    pub fn key(&self, base_ids: &[String]) -> String {
+    /// a rebuilt base gives a new key) and of the images it copies from,
+    /// the whole sha256 in hex (a shorter key can be collided on purpose:
+    /// one recipe answered with another).
+    pub fn key(&self, base_ids: &[String], image_ids: &[String]) -> String {
         let mut digest = self.digest.clone();
         for id in base_ids {
             digest.update(b"base\0");
+            feed(&mut digest, id.as_bytes());
+        }
+        for id in image_ids {
+            digest.update(b"from\0");
             feed(&mut digest, id.as_bytes());
         }
         hex::encode(digest.finalize())
@@ -422,94 +434,6 @@ fn read_context(context: &[u8]) -> Result<Vec<Entry>, Error> {
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(entries)
-}
-
-/// A `FROM` of the Dockerfile: the physical lines it spans, the image it
-/// names (`None` for an earlier stage or `scratch`), and its words.
-#[derive(Debug, PartialEq)]
-struct From {
-    first_line: usize,
-    last_line: usize,
-    image: Option<String>,
-    words: Vec<String>,
-}
-
-/// The Dockerfile's `FROM` instructions, honouring line continuations, the
-/// `escape` directive and comments.
-fn froms(text: &str) -> Result<Vec<From>, Error> {
-    // Parser directives (`# escape=` ...) count only at the very top: the
-    // first line that is not one ends them, as it does for the engine.
-    let escape = text
-        .lines()
-        .map_while(directive)
-        .find_map(|(k, v)| (k.eq_ignore_ascii_case("escape")).then(|| v.chars().next())?)
-        .unwrap_or('\\');
-    let mut out = Vec::new();
-    let mut stages = BTreeSet::new();
-    let mut logical = String::new();
-    let mut first_line = 0;
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        // Comments and blank lines are skipped, inside a continued
-        // instruction too.
-        if trimmed.starts_with('#') || trimmed.is_empty() {
-            continue;
-        }
-        if logical.is_empty() {
-            first_line = i;
-        }
-        if let Some(body) = trimmed.strip_suffix(escape) {
-            logical.push_str(body);
-            logical.push(' ');
-            continue;
-        }
-        logical.push_str(trimmed);
-        let instruction = std::mem::take(&mut logical);
-        let all: Vec<String> = instruction.split_whitespace().map(str::to_string).collect();
-        let mut words = all.iter().map(String::as_str);
-        if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")) {
-            continue;
-        }
-        let mut words = words.skip_while(|w| w.starts_with("--"));
-        let image = words
-            .next()
-            .ok_or_else(|| Error::InvalidRecipe(format!("line {}: FROM names no image", i + 1)))?
-            .to_string();
-        if image.contains('$') {
-            return Err(Error::InvalidRecipe(format!(
-                "line {}: FROM {image}: name the base image itself; build arguments are not \
-                 resolved here",
-                i + 1
-            )));
-        }
-        let base =
-            if image.eq_ignore_ascii_case("scratch") || stages.contains(&image.to_lowercase()) {
-                None
-            } else {
-                check_reference(&image)?;
-                Some(image)
-            };
-        if let (Some(kw), Some(name)) = (words.next(), words.next())
-            && kw.eq_ignore_ascii_case("AS")
-        {
-            stages.insert(name.to_lowercase());
-        }
-        out.push(From {
-            first_line,
-            last_line: i,
-            image: base,
-            words: all,
-        });
-    }
-    Ok(out)
-}
-
-/// A parser directive line, `# key=value`.
-fn directive(line: &str) -> Option<(&str, &str)> {
-    let body = line.trim().strip_prefix('#')?;
-    let (k, v) = body.split_once('=')?;
-    let k = k.trim();
-    (!k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric())).then(|| (k, v.trim()))
 }
 
 /// Checks an image reference's characters (it goes into a Dockerfile).

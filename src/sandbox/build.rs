@@ -123,6 +123,24 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// A path an image declares as a volume, cleaned as the engine cleans it
+/// before mounting (Go's `filepath.Clean`: `//`, `.` and `..` resolved by
+/// name), and absolute: `VOLUME //workspace` and `VOLUME /./.sandboxd`
+/// are the paths they hide, and are compared as such.
+pub fn clean_volume_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// What the trait's engines without builds answer.
 pub fn unsupported(what: &str) -> Error {
     Error::BuildImage {
@@ -134,6 +152,25 @@ pub fn unsupported(what: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volume_paths_are_cleaned_as_the_engine_cleans_them() {
+        for (given, clean) in [
+            ("/workspace", "/workspace"),
+            ("//workspace", "/workspace"),
+            ("/./.sandboxd", "/.sandboxd"),
+            ("/workspace/", "/workspace"),
+            ("/data/../workspace/sub", "/workspace/sub"),
+            ("/../../.sandboxd/run", "/.sandboxd/run"),
+            ("workspace", "/workspace"),
+            ("/", "/"),
+            ("//", "/"),
+            ("/.sandboxd/..", "/"),
+            ("/data", "/data"),
+        ] {
+            assert_eq!(clean_volume_path(given), clean, "{given}");
+        }
+    }
 
     #[test]
     fn steps_and_lines_are_told_apart_across_chunks() {

@@ -464,9 +464,10 @@ impl Runtime for DockerRuntime {
             format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
         )]);
         for path in declared {
-            let trimmed = path.trim_end_matches('/');
-            let over = |ours: &str| trimmed == ours || trimmed.starts_with(&format!("{ours}/"));
-            if trimmed.is_empty() || over("/workspace") || over("/.sandboxd") {
+            // Compared, and covered, as the engine will mount it.
+            let clean = build::clean_volume_path(&path);
+            let over = |ours: &str| clean == ours || clean.starts_with(&format!("{ours}/"));
+            if clean == "/" || over("/workspace") || over("/.sandboxd") {
                 return Err(Error::ImageUnusable {
                     image: spec.image.clone(),
                     why: format!(
@@ -476,7 +477,7 @@ impl Runtime for DockerRuntime {
                 });
             }
             tmpfs
-                .entry(path)
+                .entry(clean)
                 .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));
         }
         let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
