@@ -321,7 +321,11 @@ fn session_graph() -> Graph {
     }
     let mut graph = Graph::new();
     for f in &files {
-        let code = code_only(&read(&dir.join(format!("{f}.rs"))));
+        // A file split into a folder of its own is checked with its parts.
+        let code: String = std::iter::once(dir.join(format!("{f}.rs")))
+            .chain(rust_files(&dir.join(f)))
+            .map(|file| code_only(&read(&file)))
+            .collect();
         let mut named = heads(&code, "super::");
         named.extend(heads(&code, "crate::session::"));
         let uses = named

@@ -102,6 +102,9 @@ pub mod reason {
     pub const CHECKPOINT_STORE_FULL: &str = "CHECKPOINT_STORE_FULL";
     pub const TREE_TOO_DEEP: &str = "TREE_TOO_DEEP";
     pub const TREE_TOO_LARGE: &str = "TREE_TOO_LARGE";
+    pub const SCAN_LIMIT_REACHED: &str = "SCAN_LIMIT_REACHED";
+    pub const CHECKPOINT_MEMORY_FULL: &str = "CHECKPOINT_MEMORY_FULL";
+    pub const CANCELLED: &str = "CANCELLED";
     pub const NO_STARTING_POINT: &str = "NO_STARTING_POINT";
     pub const RESTORE_FAILED: &str = "RESTORE_FAILED";
     pub const COMMAND_RUNNING: &str = "COMMAND_RUNNING";
@@ -774,7 +777,7 @@ fn history_status(err: &history::Error) -> Described {
         ),
         H::TooLarge { bytes, limit } => status(
             Code::ResourceExhausted,
-            reason::TOO_MANY_CHECKPOINTS,
+            reason::CHECKPOINT_MEMORY_FULL,
             format!(
                 "The session's checkpoints would take {bytes} bytes of the service's memory (their \
                  listings of every path), over the {limit} a session may. {UNCHANGED} Delete \
@@ -1028,6 +1031,64 @@ fn scan_status(err: &ScanError, outcome: &str) -> Described {
                  is not needed (build output, caches) and retry."
             ),
             &[("limit", limit.to_string())],
+        ),
+        ScanError::TooMuchMemory { limit } => status(
+            Code::FailedPrecondition,
+            reason::TREE_TOO_LARGE,
+            format!(
+                "The names of the workspace's files and directories take more than {limit} bytes of \
+                 the service's memory. {outcome} Remove what is not needed (build output, caches, \
+                 trees of long names) and retry."
+            ),
+            &[
+                ("limit", limit.to_string()),
+                ("bound", "memory".to_string()),
+            ],
+        ),
+        ScanError::FileTooLarge { path, size, limit } => status(
+            Code::FailedPrecondition,
+            reason::FILE_TOO_LARGE,
+            format!(
+                "{path} holds {size} bytes (its apparent size), over the {limit} bytes a checkpoint \
+                 keeps of one file. {outcome} Remove or shrink that file (for example with \
+                 RunCommand), then retry."
+            ),
+            &[
+                ("path", path.clone()),
+                ("size", size.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
+        ScanError::ReadBudget { limit } => status(
+            Code::ResourceExhausted,
+            reason::SCAN_LIMIT_REACHED,
+            format!(
+                "Reading the workspace's new and changed files would pass {limit} bytes, the most \
+                 one scan reads. {outcome} Remove large files the work does not need, then retry."
+            ),
+            &[
+                ("limit", limit.to_string()),
+                ("bound", "read_bytes".to_string()),
+            ],
+        ),
+        ScanError::TimedOut { limit } => status(
+            Code::ResourceExhausted,
+            reason::SCAN_LIMIT_REACHED,
+            format!(
+                "Reading the workspace took longer than {} s, the most one scan may. {outcome} \
+                 Remove large files or trees the work does not need, then retry.",
+                limit.as_secs()
+            ),
+            &[
+                ("limit", limit.as_secs().to_string()),
+                ("bound", "seconds".to_string()),
+            ],
+        ),
+        ScanError::Cancelled => status(
+            Code::Cancelled,
+            reason::CANCELLED,
+            format!("The call was cancelled while the workspace was read. {outcome}"),
+            &[],
         ),
         ScanError::Io { path, source } => status(
             Code::Internal,

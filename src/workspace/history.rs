@@ -15,14 +15,22 @@
 //! (see [`tree`](super::tree)), so a scan of an unchanged tree costs a
 //! `stat` per entry.
 //!
+//! Every scan is bounded in bytes read, memory and time (see
+//! [`ScanLimits`]), and one made for a caller stops when the caller goes
+//! away (its future dropped): a client that gives up stops the work it
+//! asked for. What closing a session or asking for a checkpoint needs (the
+//! listing of checkpoints) is kept apart from that lock, so it never waits
+//! for a scan.
+//!
 //! The history is kept beside the store's packs, so that a service that
-//! restarts finds it again ([`History::reopen`]): the pictures of the
-//! baseline and of each checkpoint are written once, when taken, and a small
-//! index (which pictures, the store's contents) after every change.
+//! restarts finds it again ([`History::reopen`], in [`persist`]).
+
+mod persist;
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
@@ -31,14 +39,16 @@ use super::Workspace;
 use super::tree::changes::{self, Bounds, Changes};
 use super::tree::restore::{self, Restored};
 use super::tree::store::Store;
-use super::tree::{Manifest, ScanError, ScanLimits, scan};
+use super::tree::{Manifest, ScanError, ScanLimits, scan_until};
+use persist::{BASELINE, persist, picture_name};
 
 /// Bounds of a history.
 #[derive(Debug, Clone, Copy)]
 pub struct HistoryLimits {
     /// Most checkpoints kept at once.
     pub max_checkpoints: usize,
-    /// Most memory the pictures of the checkpoints take together.
+    /// Most memory the pictures of the checkpoints and the baseline take
+    /// together.
     pub max_memory: usize,
     /// Bounds of every scan.
     pub scan: ScanLimits,
@@ -173,6 +183,14 @@ enum Baseline {
     Failed(String),
 }
 
+/// What callers may read without waiting for a scan: the checkpoints as
+/// they see them, and those deleted.
+#[derive(Default)]
+struct Listing {
+    checkpoints: Vec<CheckpointInfo>,
+    deleted: HashSet<String>,
+}
+
 struct State {
     store: Store,
     baseline: Baseline,
@@ -192,7 +210,44 @@ pub struct History {
     /// alone.
     writers: Arc<RwLock<()>>,
     /// The baseline was taken (or could not be): the fast path of `begin`.
-    begun: Arc<std::sync::atomic::AtomicBool>,
+    begun: Arc<AtomicBool>,
+    /// A copy of the checkpoints' listing, updated under `state`'s lock
+    /// whenever they change, read without it.
+    listing: Arc<std::sync::Mutex<Listing>>,
+}
+
+/// Raises its flag when dropped: held by the future of a call whose scan
+/// runs on the blocking pool, so that the scan stops when the caller goes.
+#[derive(Default)]
+struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Publishes the checkpoints of `st` (with what each alone holds) to
+/// `listing`.
+fn publish(listing: &std::sync::Mutex<Listing>, st: &State) {
+    let checkpoints = st
+        .checkpoints
+        .iter()
+        .map(|c| {
+            let mut info = c.info.clone();
+            info.own_bytes = st.store.own_bytes(&c.manifest);
+            info
+        })
+        .collect();
+    let mut l = listing.lock().unwrap_or_else(|e| e.into_inner());
+    l.checkpoints = checkpoints;
+    l.deleted = st.deleted.clone();
 }
 
 impl std::fmt::Debug for History {
@@ -222,84 +277,9 @@ impl History {
                 cache: None,
             })),
             writers: Arc::new(RwLock::new(())),
-            begun: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            begun: Arc::new(AtomicBool::new(false)),
+            listing: Arc::default(),
         }
-    }
-
-    /// The history an earlier instance of the service kept in `store_dir`
-    /// (see [`History::new`]), read back: the baseline and every checkpoint
-    /// whose picture and contents are whole. Refused (with why) when there
-    /// is no index or it cannot be read. Blocking.
-    pub fn reopen(
-        workspace: Workspace,
-        store_dir: OwnedFd,
-        budget: u64,
-        limits: HistoryLimits,
-    ) -> Result<History, String> {
-        let bytes = read_whole(&store_dir, INDEX).map_err(|e| format!("{INDEX}: {e}"))?;
-        let kept: Kept = serde_json::from_slice(&bytes).map_err(|e| format!("{INDEX}: {e}"))?;
-        let mut store = Store::reopen(store_dir, budget, &kept.store)
-            .map_err(|e| format!("the kept contents: {e}"))?;
-        let whole = |store: &Store, m: &Manifest| {
-            m.entries.values().all(|n| match n {
-                super::tree::Node::File { sha256, .. } => store.contains(sha256),
-                _ => true,
-            })
-        };
-        let baseline = match kept.baseline {
-            None => Baseline::NotYet,
-            Some(Err(why)) => Baseline::Failed(why),
-            Some(Ok(())) => match read_picture(store.dir(), BASELINE) {
-                Ok(m) if whole(&store, &m) => {
-                    store.retain(&m);
-                    Baseline::Taken(Arc::new(m))
-                }
-                Ok(_) => Baseline::Failed("its kept contents are incomplete".into()),
-                Err(e) => Baseline::Failed(format!("its picture cannot be read back ({e})")),
-            },
-        };
-        let mut checkpoints = Vec::new();
-        for c in kept.checkpoints {
-            match read_picture(store.dir(), &picture_name(&c.id)) {
-                Ok(m) if whole(&store, &m) => {
-                    store.retain(&m);
-                    checkpoints.push(Checkpoint {
-                        info: CheckpointInfo {
-                            id: c.id,
-                            label: c.label,
-                            created: c.created,
-                            files: c.files,
-                            bytes: c.bytes,
-                            own_bytes: 0,
-                            digest: c.digest,
-                        },
-                        manifest: Arc::new(m),
-                    });
-                }
-                Ok(_) => {
-                    tracing::warn!(checkpoint = %c.id, "a checkpoint's kept contents are incomplete; it is dropped")
-                }
-                Err(e) => {
-                    tracing::warn!(checkpoint = %c.id, error = %e, "a checkpoint cannot be read back; it is dropped")
-                }
-            }
-        }
-        store.collect();
-        let begun = !matches!(baseline, Baseline::NotYet);
-        Ok(History {
-            workspace,
-            limits,
-            state: Arc::new(Mutex::new(State {
-                store,
-                baseline,
-                checkpoints,
-                deleted: kept.deleted.into_iter().collect(),
-                // Nothing read back is trusted as a scan's cache.
-                cache: None,
-            })),
-            writers: Arc::new(RwLock::new(())),
-            begun: Arc::new(std::sync::atomic::AtomicBool::new(begun)),
-        })
     }
 
     /// Marks the session's starting point as lost (`why`): changes since
@@ -309,7 +289,7 @@ impl History {
     pub async fn lose_baseline(&self, why: String) {
         let mut state = self.state.lock().await;
         state.baseline = Baseline::Failed(why);
-        self.begun.store(true, std::sync::atomic::Ordering::Release);
+        self.begun.store(true, Ordering::Release);
     }
 
     /// A scan's turn: scans hold up to [`ScanLimits::max_depth`] directory
@@ -343,8 +323,11 @@ impl History {
 
     /// Takes the baseline if this is the session's first change. Never
     /// fails: a baseline that cannot be kept is recorded as such.
+    /// Bounded like every scan (a command waits for it at most
+    /// [`ScanLimits::max_time`]; a file past the per-file bound is never
+    /// read), and never cancelled with its caller: a command given up on
+    /// must not cost the session its starting point.
     pub async fn begin(&self) {
-        use std::sync::atomic::Ordering;
         if self.begun.load(Ordering::Acquire) {
             return;
         }
@@ -357,7 +340,8 @@ impl History {
         let taken = tokio::task::spawn_blocking(move || {
             let _turn = turn;
             let st = &mut *state;
-            let picture = scan(ws.root_fd(), None, limits.scan, Some(&mut st.store));
+            let never = AtomicBool::new(false);
+            let picture = scan_until(ws.root_fd(), None, limits.scan, Some(&mut st.store), &never);
             st.baseline = match picture {
                 Ok(m) => {
                     st.store.retain(&m);
@@ -372,7 +356,7 @@ impl History {
                     Baseline::Failed(e.to_string())
                 }
             };
-            begun.store(true, std::sync::atomic::Ordering::Release);
+            begun.store(true, Ordering::Release);
             let picture = match &st.baseline {
                 Baseline::Taken(m) => Some((BASELINE, Arc::clone(m))),
                 _ => None,
@@ -396,16 +380,20 @@ impl History {
         }
         let turn = self.scan_turn().await?;
         let (ws, limits) = (self.workspace.clone(), self.limits);
+        let (cancel, listing) = (Cancel::default(), Arc::clone(&self.listing));
+        let stop = cancel.flag();
+        let _cancel = cancel;
         blocking(move || {
             let _turn = turn;
             let st = &mut *state;
             let before = st.store.bytes();
             let cache = st.cache.clone();
-            let m = match scan(
+            let m = match scan_until(
                 ws.root_fd(),
                 cache.as_deref(),
                 limits.scan,
                 Some(&mut st.store),
+                &stop,
             ) {
                 Ok(m) => m,
                 Err(e) => {
@@ -413,7 +401,26 @@ impl History {
                     return Err(e.into());
                 }
             };
-            let held: usize = st.checkpoints.iter().map(|c| c.manifest.memory()).sum();
+            // A checkpoint is for restoring: a file it cannot keep makes it
+            // one that would not restore.
+            if let Some((path, size)) = m.unread() {
+                let e = ScanError::FileTooLarge {
+                    path: super::tree::show(path),
+                    size,
+                    limit: limits.scan.max_file_bytes,
+                };
+                st.store.collect();
+                return Err(e.into());
+            }
+            let baseline = match &st.baseline {
+                Baseline::Taken(b) => b.memory(),
+                _ => 0,
+            };
+            let held: usize = baseline
+                + st.checkpoints
+                    .iter()
+                    .map(|c| c.manifest.memory())
+                    .sum::<usize>();
             if held + m.memory() > limits.max_memory {
                 st.store.collect();
                 return Err(Error::TooLarge {
@@ -442,6 +449,7 @@ impl History {
                 manifest: Arc::clone(&m),
             });
             persist(st, Some((&name, &m)));
+            publish(&listing, st);
             Ok(Created {
                 checkpoint: info,
                 copied_bytes,
@@ -454,23 +462,23 @@ impl History {
     }
 
     /// The checkpoint `id`.
+    /// Never waits for a scan.
     pub async fn info(&self, id: &str) -> Result<CheckpointInfo, Error> {
-        let state = self.state.lock().await;
-        Self::find(&state, id).map(|c| c.info.clone())
+        let l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        l.checkpoints
+            .iter()
+            .find(|c| c.id == id)
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                id: id.to_string(),
+                deleted: l.deleted.contains(id),
+            })
     }
 
-    /// The checkpoints kept, oldest first.
+    /// The checkpoints kept, oldest first. Never waits for a scan.
     pub async fn list(&self) -> Vec<CheckpointInfo> {
-        let state = self.state.lock().await;
-        state
-            .checkpoints
-            .iter()
-            .map(|c| {
-                let mut info = c.info.clone();
-                info.own_bytes = state.store.own_bytes(&c.manifest);
-                info
-            })
-            .collect()
+        let l = self.listing.lock().unwrap_or_else(|e| e.into_inner());
+        l.checkpoints.clone()
     }
 
     fn find<'s>(state: &'s State, id: &str) -> Result<&'s Checkpoint, Error> {
@@ -488,7 +496,7 @@ impl History {
     pub async fn delete(&self, id: &str) -> Result<CheckpointInfo, Error> {
         let mut state = Arc::clone(&self.state).lock_owned().await;
         Self::find(&state, id)?;
-        let id = id.to_string();
+        let (id, listing) = (id.to_string(), Arc::clone(&self.listing));
         blocking(move || {
             let st = &mut *state;
             let at = st
@@ -500,6 +508,7 @@ impl History {
             st.store.release(&gone.manifest);
             st.deleted.insert(id);
             persist(st, None);
+            publish(&listing, st);
             let _ = rustix::fs::unlinkat(
                 st.store.dir(),
                 picture_name(&gone.info.id).as_str(),
@@ -524,6 +533,9 @@ impl History {
         let info = Self::find(&state, id)?.info.clone();
         let turn = self.scan_turn().await?;
         let (ws, limits) = (self.workspace.clone(), self.limits);
+        let cancel = Cancel::default();
+        let stop = cancel.flag();
+        let _cancel = cancel;
         blocking(move || {
             let (_alone, _turn) = (alone, turn);
             let st = &mut *state;
@@ -568,12 +580,19 @@ impl History {
         };
         let turn = self.scan_turn().await?;
         let (ws, limits, since) = (self.workspace.clone(), self.limits, since.to_string());
+        // A file the scan did not read (past its per-file bound) is never
+        // read to be diffed either: it is listed as too large by its size.
+        let mut bounds = bounds;
+        bounds.max_file_bytes = bounds.max_file_bytes.min(limits.scan.max_file_bytes);
+        let cancel = Cancel::default();
+        let stop = cancel.flag();
+        let _cancel = cancel;
         blocking(move || {
             let _turn = turn;
             let st = &mut *state;
             let cache = st.cache.clone();
             let root = ws.root_fd();
-            let now = scan(root, cache.as_deref(), limits.scan, None)?;
+            let now = scan_until(root, cache.as_deref(), limits.scan, None, &stop)?;
             let changes =
                 changes::changes(root, &base, &now, &st.store, bounds).map_err(|source| {
                     Error::Io {
@@ -592,112 +611,6 @@ impl History {
         })
         .await
     }
-}
-
-/// The history's index, beside the store's packs.
-const INDEX: &str = "history.json";
-/// The picture of the baseline.
-const BASELINE: &str = "baseline.json";
-
-fn picture_name(id: &str) -> String {
-    format!("checkpoint-{id}.json")
-}
-
-/// The history as written to the disk.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Kept {
-    /// `None`: not taken yet; `Some(Ok)`: in [`BASELINE`]; `Some(Err)`:
-    /// could not be kept, and why.
-    baseline: Option<Result<(), String>>,
-    checkpoints: Vec<KeptCheckpoint>,
-    deleted: Vec<String>,
-    store: super::tree::store::Index,
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct KeptCheckpoint {
-    id: String,
-    label: String,
-    created: SystemTime,
-    files: u64,
-    bytes: u64,
-    digest: String,
-}
-
-/// Writes `picture` (a new one, under its name) and then the index, each
-/// whole (a temporary name renamed into place). A history that cannot be
-/// written still works; it only will not come back after a restart.
-fn persist(st: &State, picture: Option<(&str, &Manifest)>) {
-    let dir = st.store.dir();
-    let written = (|| -> std::io::Result<()> {
-        if let Some((name, m)) = picture {
-            write_whole(dir, name, &serde_json::to_vec(&m.stored())?)?;
-        }
-        let kept = Kept {
-            baseline: match &st.baseline {
-                Baseline::NotYet => None,
-                Baseline::Taken(_) => Some(Ok(())),
-                Baseline::Failed(why) => Some(Err(why.clone())),
-            },
-            checkpoints: st
-                .checkpoints
-                .iter()
-                .map(|c| KeptCheckpoint {
-                    id: c.info.id.clone(),
-                    label: c.info.label.clone(),
-                    created: c.info.created,
-                    files: c.info.files,
-                    bytes: c.info.bytes,
-                    digest: c.info.digest.clone(),
-                })
-                .collect(),
-            deleted: st.deleted.iter().cloned().collect(),
-            store: st.store.index(),
-        };
-        write_whole(dir, INDEX, &serde_json::to_vec(&kept)?)
-    })();
-    if let Err(e) = written {
-        tracing::warn!(error = %e, "cannot write the history's index; it will not survive a restart");
-    }
-}
-
-/// Writes `bytes` as the file `name` of `dir`, whole: to a temporary name,
-/// then renamed over `name`.
-fn write_whole(dir: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use rustix::fs::{Mode, OFlags};
-    use std::io::Write;
-    let tmp = format!(".{name}.tmp");
-    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    let fd = rustix::fs::openat(
-        dir,
-        tmp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    std::fs::File::from(fd).write_all(bytes)?;
-    rustix::fs::renameat(dir, tmp.as_str(), dir, name)?;
-    Ok(())
-}
-
-/// The file `name` of `dir`, whole.
-fn read_whole(dir: &OwnedFd, name: &str) -> std::io::Result<Vec<u8>> {
-    use rustix::fs::{Mode, OFlags};
-    use std::io::Read;
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd).read_to_end(&mut bytes)?;
-    Ok(bytes)
-}
-
-fn read_picture(dir: &OwnedFd, name: &str) -> Result<Manifest, String> {
-    let bytes = read_whole(dir, name).map_err(|e| format!("{name}: {e}"))?;
-    let stored = serde_json::from_slice(&bytes).map_err(|e| format!("{name}: {e}"))?;
-    Manifest::from_stored(&stored).map_err(|e| format!("{name}: {e}"))
 }
 
 async fn blocking<T: Send + 'static>(

@@ -6,15 +6,16 @@
 //!
 //! A scan reads the tree through directory fds, one component at a time,
 //! never following a symlink (a command may plant or swap them while we
-//! look). It is bounded whatever a command built: [`ScanLimits`] on depth
-//! and entries, past which it is refused naming the place.
+//! look). It is bounded whatever a command built ([`scan`]): depth,
+//! entries, memory, bytes read and time, past which it is refused naming
+//! the bound; a file past the per-file bound is recorded unread.
 //!
 //! Hashing every file on every scan would cost a full read of the tree. A
 //! scan is instead given an earlier picture as a cache: a file whose device,
 //! inode, size, mtime and ctime are those recorded reuses the recorded hash.
 //! A command can set mtime, but not ctime: the kernel sets it to the
 //! current time on every change. A recorded hash is trusted only when the
-//! file's ctime was already [`SETTLED`] before the earlier scan began (as
+//! file's ctime was already [`scan::SETTLED`] before the earlier scan began (as
 //! git treats "racily clean" entries): the kernel stamps ctime from a clock
 //! that ticks every few milliseconds, so a file changed twice within one
 //! tick around a scan is read again, never taken for unchanged.
@@ -30,10 +31,10 @@ use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{Mode, OFlags};
 use sha2::{Digest, Sha256};
 
-use store::Store;
+pub use scan::{ScanError, ScanLimits, scan, scan_until};
 
 /// A sha256 digest.
 pub type Hash = [u8; 32];
@@ -91,10 +92,15 @@ pub enum Node {
         mode: u32,
         /// Size in bytes.
         size: u64,
-        /// sha256 of the contents.
+        /// sha256 of the contents; for a file not read (`hashed` false),
+        /// a digest of its stamp, which changes whenever the file may have.
         sha256: Hash,
         /// The version of the file the hash was taken from.
         stamp: Stamp,
+        /// Whether the contents were read: a file past the scan's
+        /// per-file bound never is (see [`scan::ScanLimits`]), and no
+        /// store keeps it.
+        hashed: bool,
     },
     /// A symlink (never followed) and its target.
     Symlink {
@@ -179,8 +185,15 @@ impl Manifest {
                 match node {
                     Node::Dir { mode } => format!("d {mode} 0 - {path} -"),
                     Node::File {
-                        mode, size, sha256, ..
-                    } => format!("f {mode} {size} {} {path} -", hex::encode(sha256)),
+                        mode,
+                        size,
+                        sha256,
+                        hashed,
+                        ..
+                    } => {
+                        let kind = if *hashed { "f" } else { "u" };
+                        format!("{kind} {mode} {size} {} {path} -", hex::encode(sha256))
+                    }
                     Node::Symlink { target } => {
                         format!("l 0 0 - {path} {}", hex::encode(target))
                     }
@@ -208,7 +221,7 @@ impl Manifest {
             let path = hex::decode(path).map_err(|_| bad())?;
             let node = match kind {
                 "d" => Node::Dir { mode },
-                "f" => Node::File {
+                "f" | "u" => Node::File {
                     mode,
                     size: size.parse().map_err(|_| bad())?,
                     sha256: hex::decode(sha)
@@ -216,6 +229,7 @@ impl Manifest {
                         .and_then(|b| b.try_into().ok())
                         .ok_or_else(bad)?,
                     stamp: Stamp::unknown(),
+                    hashed: kind == "f",
                 },
                 "l" => Node::Symlink {
                     target: hex::decode(target).map_err(|_| bad())?,
@@ -261,7 +275,7 @@ impl Manifest {
         self.entries
             .iter()
             .map(|(p, n)| {
-                96 + p.len()
+                scan::entry_memory(p)
                     + match n {
                         Node::Symlink { target } => target.len(),
                         _ => 0,
@@ -292,84 +306,27 @@ impl Manifest {
     fn cached(&self, path: &[u8], stamp: &Stamp) -> Option<Hash> {
         match self.entries.get(path) {
             Some(Node::File {
-                sha256, stamp: was, ..
-            }) if was == stamp && settled(stamp.ctime, self.started) => Some(*sha256),
+                sha256,
+                stamp: was,
+                hashed: true,
+                ..
+            }) if was == stamp && scan::settled(stamp.ctime, self.started) => Some(*sha256),
             _ => None,
         }
     }
-}
 
-/// How long before a scan a file's ctime must lie for the scan's hash of
-/// it to be trusted later: well over the kernel's coarse clock tick (at
-/// most 10 ms, HZ=100), by which the ctime of a write after the scan began
-/// may lag the scan's own clock.
-pub const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A file's ctime is settled when it lies [`SETTLED`] before `scan`: no
-/// write after the scan began can have left it that old.
-fn settled(ctime: (i64, u64), scan: (i64, u64)) -> bool {
-    let ns = |(s, n): (i64, u64)| i128::from(s) * 1_000_000_000 + i128::from(n);
-    ns(ctime) + SETTLED.as_nanos() as i128 <= ns(scan)
-}
-
-/// Bounds of one scan.
-#[derive(Debug, Clone, Copy)]
-pub struct ScanLimits {
-    /// Deepest directory level entered (the root is level 0).
-    pub max_depth: usize,
-    /// Most entries of the whole tree.
-    pub max_entries: usize,
-    /// Longest path, in bytes: a picture holds every path, so a tree of
-    /// long names would otherwise cost the service its size in memory.
-    pub max_path_bytes: usize,
-}
-
-impl Default for ScanLimits {
-    fn default() -> Self {
-        ScanLimits {
-            max_depth: 256,
-            max_entries: 1_000_000,
-            max_path_bytes: 4096,
-        }
+    /// The first file recorded unread (past the scan's per-file bound), and
+    /// its size: a picture holding one cannot be restored.
+    pub fn unread(&self) -> Option<(&[u8], u64)> {
+        self.entries.iter().find_map(|(p, n)| match n {
+            Node::File {
+                size,
+                hashed: false,
+                ..
+            } => Some((p.as_slice(), *size)),
+            _ => None,
+        })
     }
-}
-
-/// Why a scan stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ScanError {
-    /// A directory lies deeper than [`ScanLimits::max_depth`].
-    #[error("{path} lies deeper than {limit} directory levels")]
-    TooDeep {
-        /// The first directory found too deep.
-        path: String,
-        /// The bound.
-        limit: usize,
-    },
-    /// A path is longer than [`ScanLimits::max_path_bytes`].
-    #[error("{path}... is longer than {limit} bytes")]
-    PathTooLong {
-        /// The path's first bytes.
-        path: String,
-        /// The bound.
-        limit: usize,
-    },
-    /// The tree holds more than [`ScanLimits::max_entries`] entries.
-    #[error("the workspace holds more than {limit} files and directories")]
-    TooMany {
-        /// The bound.
-        limit: usize,
-    },
-    /// An entry could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// Workspace-relative path.
-        path: String,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// The store could not keep a file's contents.
-    #[error(transparent)]
-    Store(#[from] store::Error),
 }
 
 /// A path for messages: bytes shown as UTF-8, invalid sequences replaced.
@@ -378,13 +335,6 @@ pub fn show(path: &[u8]) -> String {
         ".".to_string()
     } else {
         String::from_utf8_lossy(path).into_owned()
-    }
-}
-
-fn io_err(path: &[u8]) -> impl FnOnce(io::Error) -> ScanError + '_ {
-    move |source| ScanError::Io {
-        path: show(path),
-        source,
     }
 }
 
@@ -456,193 +406,6 @@ pub fn hash_reader(src: &mut impl Read) -> io::Result<(Hash, u64)> {
         total += n as u64;
     }
     Ok((h.finalize().into(), total))
-}
-
-/// One directory being scanned.
-struct Frame {
-    fd: OwnedFd,
-    path: Vec<u8>,
-    names: std::vec::IntoIter<Vec<u8>>,
-    depth: usize,
-}
-
-/// Scans the tree under `root` (a directory fd, `O_PATH` is enough).
-///
-/// `cache` is an earlier picture whose hashes may be reused (see the
-/// module's docs). With a `store`, the contents of every file are kept in
-/// it, and the picture returned is the kept one (special files dropped).
-pub fn scan(
-    root: &OwnedFd,
-    cache: Option<&Manifest>,
-    limits: ScanLimits,
-    mut store: Option<&mut Store>,
-) -> Result<Manifest, ScanError> {
-    let top = open_dir(root, b".").map_err(io_err(b""))?;
-    // A page written through a shared mapping while it is dirty changes
-    // neither mtime nor ctime; once written back, the next write faults and
-    // stamps ctime again. So the cache can only be trusted for what was
-    // written back before the scan began.
-    if cache.is_some() {
-        let _ = rustix::fs::syncfs(&top);
-    }
-    let started = now();
-    let mut entries = BTreeMap::new();
-    let root_dev = rustix::fs::fstat(&top)
-        .map_err(|e| io_err(b"")(e.into()))?
-        .st_dev;
-    let mut stack = vec![Frame {
-        names: names(&top).map_err(io_err(b""))?.into_iter(),
-        fd: top,
-        path: Vec::new(),
-        depth: 0,
-    }];
-    let mut held = stack[0].names.len();
-    while let Some(frame) = stack.last_mut() {
-        let Some(name) = frame.names.next() else {
-            stack.pop();
-            continue;
-        };
-        held -= 1;
-        if entries.len() >= limits.max_entries {
-            return Err(ScanError::TooMany {
-                limit: limits.max_entries,
-            });
-        }
-        let path = join(&frame.path, &name);
-        if path.len() > limits.max_path_bytes {
-            return Err(ScanError::PathTooLong {
-                path: show(&path[..200.min(path.len())]),
-                limit: limits.max_path_bytes,
-            });
-        }
-        let st = match rustix::fs::statat(
-            &frame.fd,
-            OsStr::from_bytes(&name),
-            AtFlags::SYMLINK_NOFOLLOW,
-        ) {
-            Ok(st) => st,
-            // Removed since the listing: it is not in the picture.
-            Err(rustix::io::Errno::NOENT) => continue,
-            Err(e) => return Err(io_err(&path)(e.into())),
-        };
-        let node = match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => {
-                // Another filesystem mounted inside (only the host can do
-                // that) is not the workspace's: left out, never entered.
-                if st.st_dev != root_dev {
-                    continue;
-                }
-                if frame.depth + 1 > limits.max_depth {
-                    return Err(ScanError::TooDeep {
-                        path: show(&path),
-                        limit: limits.max_depth,
-                    });
-                }
-                let fd = match open_dir(&frame.fd, &name) {
-                    Ok(fd) => fd,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(io_err(&path)(e)),
-                };
-                let st = rustix::fs::fstat(&fd).map_err(|e| io_err(&path)(e.into()))?;
-                let children = names(&fd).map_err(io_err(&path))?;
-                held += children.len();
-                if held + entries.len() > limits.max_entries.saturating_mul(2) {
-                    return Err(ScanError::TooMany {
-                        limit: limits.max_entries,
-                    });
-                }
-                let depth = frame.depth + 1;
-                entries.insert(
-                    path.clone(),
-                    Node::Dir {
-                        mode: st.st_mode & KEPT_MODE,
-                    },
-                );
-                stack.push(Frame {
-                    fd,
-                    path,
-                    names: children.into_iter(),
-                    depth,
-                });
-                continue;
-            }
-            FileType::RegularFile => {
-                match file_node(&frame.fd, &name, &path, &st, cache, store.as_deref_mut())? {
-                    Some(node) => node,
-                    None => continue,
-                }
-            }
-            FileType::Symlink => {
-                match rustix::fs::readlinkat(&frame.fd, OsStr::from_bytes(&name), Vec::new()) {
-                    Ok(target) => Node::Symlink {
-                        target: target.into_bytes(),
-                    },
-                    Err(rustix::io::Errno::NOENT) => continue,
-                    Err(e) => return Err(io_err(&path)(e.into())),
-                }
-            }
-            _ => Node::Special,
-        };
-        entries.insert(path, node);
-    }
-    let manifest = Manifest { entries, started };
-    Ok(if store.is_some() {
-        manifest.kept()
-    } else {
-        manifest
-    })
-}
-
-/// The node of the regular file `name` (`None`: it vanished).
-fn file_node(
-    dir: &OwnedFd,
-    name: &[u8],
-    path: &[u8],
-    st: &rustix::fs::Stat,
-    cache: Option<&Manifest>,
-    store: Option<&mut Store>,
-) -> Result<Option<Node>, ScanError> {
-    let stamp = Stamp::of(st);
-    let mode = st.st_mode & KEPT_MODE;
-    let cached = cache.and_then(|c| c.cached(path, &stamp));
-    let sha256 = match (cached, store) {
-        (Some(hash), None) => hash,
-        (Some(hash), Some(store)) if store.contains(&hash) => hash,
-        (_, store) => {
-            let mut file = match open_file(dir, name) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(io_err(path)(e)),
-            };
-            // What was opened is what is described: a file swapped in since
-            // the stat gets the stamp and mode of the one read.
-            let st = rustix::fs::fstat(&file).map_err(|e| io_err(path)(e.into()))?;
-            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                return Ok(Some(Node::Special));
-            }
-            let (hash, size) = match store {
-                Some(store) => store.put(&mut file).map_err(|e| match e {
-                    store::Error::Read(source) => io_err(path)(source),
-                    e => ScanError::Store(e),
-                })?,
-                None => hash_reader(&mut file).map_err(io_err(path))?,
-            };
-            let mut stamp = Stamp::of(&st);
-            stamp.size = size;
-            return Ok(Some(Node::File {
-                mode: st.st_mode & KEPT_MODE,
-                size,
-                sha256: hash,
-                stamp,
-            }));
-        }
-    };
-    Ok(Some(Node::File {
-        mode,
-        size: stamp.size,
-        sha256,
-        stamp,
-    }))
 }
 
 #[cfg(test)]

@@ -350,7 +350,7 @@ fn a_picture_and_its_store_read_back_are_the_picture_and_restore_it() {
     rustix::fs::mknodat(
         rustix::fs::CWD,
         ws.path().join("fifo"),
-        FileType::Fifo,
+        rustix::fs::FileType::Fifo,
         Mode::from_raw_mode(0o600),
         0,
     )
