@@ -1,0 +1,288 @@
+//! Pinning a directory lent to a session: a bind mount made from the
+//! directory fd the file tools hold, `nosuid,nodev`, id-mapped where root
+//! owns it, refused where other users of the host could reach it or a file
+//! in it is linked from outside.
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::hardlinks::linked_outside;
+use super::idmap::{self, IdMap};
+use super::{Error, Kind, Volume, Volumes, check_id, proc_fd_path, unmount};
+
+impl Volumes {
+    /// [`Volumes::pin`] for a session that comes back after a restart: a
+    /// pin an earlier instance left for `id` is let go first, so the new one
+    /// is made from the directory fd just opened and checked, never taken
+    /// on trust. Blocking.
+    pub fn repin(
+        &self,
+        id: &str,
+        root: &OwnedFd,
+        host: &Path,
+        root_user: (u32, u32),
+        no_idmap: Option<&str>,
+    ) -> Result<Volume, Error> {
+        check_id(id)?;
+        let pins = &self.inner.pins;
+        unmount(&pins.path.join(id)).map_err(Error::Pin)?;
+        match rustix::fs::unlinkat(&pins.fd, id, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(Error::Pin(e.into())),
+        }
+        self.pin(id, root, host, root_user, no_idmap)
+    }
+
+    /// Pins the existing directory whose fd (`O_PATH` is enough) the file
+    /// tools hold, for session `id`: a bind mount of exactly that directory,
+    /// `nosuid,nodev`, made from the fd (no path is resolved). Refuses a
+    /// directory other users of the host could reach. Blocking.
+    ///
+    /// When root owns the directory, its commands run as `root_user` (uid,
+    /// gid): the pin is then id-mapped, on-disk uid 0 to that uid and the
+    /// directory's group to that gid, so they can work in it as in their
+    /// own. Where that cannot be done (an old kernel, a filesystem without
+    /// support) or must not be (`no_idmap` says why: a runtime it does not
+    /// work under), the pin is a plain one, as without the map, and
+    /// [`Volume::note`] says what that means for the session.
+    pub fn pin(
+        &self,
+        id: &str,
+        root: &OwnedFd,
+        host: &Path,
+        root_user: (u32, u32),
+        no_idmap: Option<&str>,
+    ) -> Result<Volume, Error> {
+        check_id(id)?;
+        if !self.inner.can_mount {
+            return Err(Error::CannotPin);
+        }
+        let st = rustix::fs::fstat(root).map_err(|e| Error::Pin(e.into()))?;
+        // A set-id file a command makes in the directory lands on the host
+        // with the directory owner's ids (root's, when id-mapped): only a
+        // directory no other user can reach may be lent.
+        if !private(host, st.st_uid).map_err(Error::Pin)? {
+            return Err(Error::NotPrivate {
+                path: host.to_path_buf(),
+            });
+        }
+        // A service's state (its token, sockets, other sessions) is never
+        // lent, whichever service it belongs to.
+        if let Some(state) = host
+            .ancestors()
+            .find(|dir| dir.join(crate::state::MARKER).symlink_metadata().is_ok())
+        {
+            return Err(Error::HoldsState {
+                path: state.to_path_buf(),
+            });
+        }
+        // Privacy covers the directory's own files only: a file hard-linked
+        // from elsewhere (a local `git clone`, `cp -al`) is the same file
+        // there, where others may reach it. The same walk finds state below.
+        linked_outside(root)?;
+        let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
+            uid: (0, root_user.0),
+            gid: (st.st_gid, root_user.1),
+        });
+        let inner = &self.inner;
+        let path = inner.pins.path.join(id);
+        rustix::fs::mkdirat(&inner.pins.fd, id, Mode::from_raw_mode(0o700))
+            .map_err(|e| Error::Pin(e.into()))?;
+        let mut volume = Volume {
+            inner: Arc::clone(inner),
+            id: id.to_string(),
+            kind: Kind::Pin,
+            path,
+            identity: (st.st_dev, st.st_ino),
+            quota: None,
+            note: None,
+        };
+        let pinned = (|| -> io::Result<Option<io::Error>> {
+            use rustix::mount::{MountFlags, MoveMountFlags, OpenTreeFlags};
+            let tree = rustix::mount::open_tree(
+                root,
+                "",
+                OpenTreeFlags::OPEN_TREE_CLONE
+                    | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                    | OpenTreeFlags::AT_EMPTY_PATH,
+            )?;
+            // Only a detached tree can be id-mapped; a failure leaves it as
+            // it was, and the plain pin is still the right one to make.
+            let unmapped = match (idmap, no_idmap) {
+                (None, _) => None,
+                (Some(_), Some(why)) => Some(io::Error::other(why)),
+                (Some(map), None) => idmap::apply(&tree, map).err(),
+            };
+            rustix::mount::move_mount(
+                &tree,
+                "",
+                &inner.pins.fd,
+                id,
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            )?;
+            // The tree fd names the new mount itself: no path is resolved.
+            rustix::mount::mount_remount(
+                proc_fd_path(&tree),
+                MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV,
+                "",
+            )?;
+            Ok(unmapped)
+        })();
+        match pinned.and_then(|unmapped| volume.check_identity().map(|()| unmapped)) {
+            Ok(None) => {
+                if let Some(map) = idmap {
+                    tracing::info!(
+                        volume = %id,
+                        path = %host.display(),
+                        uid = map.uid.1,
+                        gid = map.gid.1,
+                        "root's checkout id-mapped for its commands"
+                    );
+                }
+                Ok(volume)
+            }
+            Ok(Some(e)) => {
+                tracing::warn!(
+                    volume = %id,
+                    path = %host.display(),
+                    error = %e,
+                    "cannot id-map a root-owned checkout: its commands run as uid {} and cannot write root's files in it",
+                    root_user.0
+                );
+                volume.note = Some(format!(
+                    "{} is owned by root and could not be id-mapped for the sandbox ({e}), so commands run as uid {} and cannot write what root owns there; lend a checkout owned by the user commands should run as, or keep it on a filesystem with id-mapped mounts (Linux 5.12+; ext4, xfs, btrfs, tmpfs)",
+                    host.display(),
+                    root_user.0
+                ));
+                Ok(volume)
+            }
+            Err(e) => {
+                volume.discard();
+                Err(Error::Pin(e))
+            }
+        }
+    }
+}
+
+/// Whether nobody but `owner` (and root) can reach `path`, whatever its
+/// commands do: some directory strictly above it belongs to root or
+/// `owner` and grants its group and others no access. The directory itself
+/// does not count: commands run as its owner (or, through an id-mapped
+/// pin of root's directory, are its owner there) and could open it up.
+fn private(path: &Path, owner: u32) -> io::Result<bool> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open("/", flags, Mode::empty())?;
+    let closed = |fd: &OwnedFd| -> io::Result<bool> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok((st.st_uid == 0 || st.st_uid == owner) && st.st_mode & 0o011 == 0)
+    };
+    let names: Vec<_> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let Some((_, above)) = names.split_last() else {
+        return Ok(false);
+    };
+    if closed(&fd)? {
+        return Ok(true);
+    }
+    for name in above {
+        fd = rustix::fs::openat(&fd, *name, flags, Mode::empty())?;
+        if closed(&fd)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateDir;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// The options of the mount at `path`, from this process's mountinfo.
+    fn mount_options(path: &Path) -> String {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        info.lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                (Path::new(fields[4]) == path).then(|| fields[5].to_string())
+            })
+            .unwrap_or_else(|| panic!("nothing is mounted at {}", path.display()))
+    }
+
+    /// Pins removed (unmounted) also when an assertion fails.
+    struct Pins(Vec<Volume>);
+
+    impl Drop for Pins {
+        fn drop(&mut self) {
+            for v in &self.0 {
+                v.remove().unwrap();
+            }
+        }
+    }
+
+    /// Root's lent directory gets an id-mapped pin (root's files are the
+    /// command user's through it), unless the caller says it must not, in
+    /// which case the pin is plain and the volume's note says why; another
+    /// owner's directory is never id-mapped.
+    #[test]
+    fn a_root_owned_lent_directory_is_pinned_id_mapped_unless_it_must_not_be() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "pins need root: run the tests as root"
+        );
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        let lent = base.path().join("repo");
+        std::fs::create_dir(&lent).unwrap();
+        std::fs::write(lent.join("f"), "x\n").unwrap();
+        let fd = rustix::fs::open(
+            &lent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let user = (1000, 1000);
+        let mut pins = Pins(Vec::new());
+
+        pins.0
+            .push(volumes.pin("mapped", &fd, &lent, user, None).unwrap());
+        let mapped = &pins.0[0];
+        assert_eq!(mapped.note(), None);
+        let options = mount_options(mapped.path());
+        assert!(options.contains("idmapped"), "{options}");
+        assert!(options.contains("nosuid") && options.contains("nodev"));
+        let seen = std::fs::metadata(mapped.path().join("f")).unwrap();
+        assert_eq!((seen.uid(), seen.gid()), user);
+
+        let why = "the runtime cannot create files through one";
+        pins.0
+            .push(volumes.pin("plain", &fd, &lent, user, Some(why)).unwrap());
+        let plain = &pins.0[1];
+        let note = plain.note().unwrap();
+        assert!(note.contains(why) && note.contains("uid 1000"), "{note}");
+        let options = mount_options(plain.path());
+        assert!(!options.contains("idmapped"), "{options}");
+        assert!(options.contains("nosuid") && options.contains("nodev"));
+        assert_eq!(std::fs::metadata(plain.path().join("f")).unwrap().uid(), 0);
+
+        std::os::unix::fs::chown(&lent, Some(1000), Some(1000)).unwrap();
+        pins.0
+            .push(volumes.pin("owned", &fd, &lent, user, None).unwrap());
+        let owned = &pins.0[2];
+        assert_eq!(owned.note(), None);
+        assert!(!mount_options(owned.path()).contains("idmapped"));
+        assert_eq!(std::fs::metadata(owned.path().join("f")).unwrap().uid(), 0);
+    }
+}
