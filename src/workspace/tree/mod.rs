@@ -22,6 +22,7 @@
 
 pub mod changes;
 pub mod restore;
+pub mod scan;
 pub mod store;
 
 use std::collections::BTreeMap;
