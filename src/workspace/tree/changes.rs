@@ -142,9 +142,16 @@ fn in_git_dir(path: &[u8]) -> Option<bool> {
     ))
 }
 
-/// The paths changed from `base` to `now`, in path order.
+/// Most bytes a listing may cost (each change its path four times, as a
+/// quoted path in the patch's head may take, and 256 bytes of fields):
+/// with the patch, a reply stays well under the message limit.
+pub const MAX_LISTING_BYTES: usize = 4 << 20;
+
+/// The paths changed from `base` to `now`, in path order: at most `max`,
+/// and at most [`MAX_LISTING_BYTES`] of them.
 pub fn list(base: &Manifest, now: &Manifest, max: usize) -> (Vec<Change>, bool) {
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     let mut paths: Vec<&Vec<u8>> = base.entries.keys().chain(now.entries.keys()).collect();
     paths.sort_unstable();
     paths.dedup();
@@ -162,7 +169,8 @@ pub fn list(base: &Manifest, now: &Manifest, max: usize) -> (Vec<Change>, bool) 
             (Some(b), Some(a)) if b == a => continue,
             (Some(_), Some(_)) => Kind::Modified,
         };
-        if out.len() == max {
+        bytes += 4 * path.len() + 256;
+        if out.len() == max || bytes > MAX_LISTING_BYTES {
             return (out, true);
         }
         out.push(Change {

@@ -554,3 +554,6 @@ fn file_node(
         hashed: true,
     }))
 }
+
+#[cfg(test)]
+mod tests;
