@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::error::Error;
 use super::failure;
+use super::slots::{Kind, Pace};
 use super::tools::Session;
 use crate::workspace::archive::{DownloadOptions, Downloaded, Uploaded};
 
@@ -56,20 +57,40 @@ struct ChannelReader {
     /// A caller that stalls holds a blocking thread and a writer's turn:
     /// past this it is dropped.
     stall: Duration,
+    /// A caller that trickles holds its slot: behind this pace it is
+    /// dropped.
+    pace: Pace,
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         while self.pos == self.buf.len() {
+            let (wait, slow) = bound(self.stall, &self.pace);
+            let began = Instant::now();
             let next = self
                 .runtime
-                .block_on(tokio::time::timeout(self.stall, self.rx.recv()))
-                .map_err(|_| {
-                    io::Error::new(
+                .block_on(tokio::time::timeout(wait, self.rx.recv()));
+            let waited = began.elapsed();
+            let next = match next {
+                Ok(next) => next,
+                Err(_) if slow => {
+                    let _ = self.pace.record(waited, 0);
+                    return Err(too_slow(&self.pace));
+                }
+                Err(_) => {
+                    return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!("no data came for {} s", self.stall.as_secs()),
-                    )
-                })?;
+                    ));
+                }
+            };
+            let got = next
+                .as_ref()
+                .and_then(|c| c.as_ref().ok())
+                .map_or(0, |c| c.len() as u64);
+            self.pace
+                .record(waited, got)
+                .map_err(|e| io::Error::new(io::ErrorKind::TimedOut, e))?;
             match next {
                 Some(Ok(chunk)) => {
                     self.buf = chunk;
@@ -86,13 +107,27 @@ impl Read for ChannelReader {
     }
 }
 
-/// Sends what is written, in chunks; fails once the caller went away or
-/// stopped reading for `stall`.
+/// How long the next wait for the caller may last, and whether running
+/// out means the caller is behind the minimum pace (rather than stalled).
+fn bound(stall: Duration, pace: &Pace) -> (Duration, bool) {
+    match pace.allowance() {
+        Some(left) if left < stall => (left, true),
+        _ => (stall, false),
+    }
+}
+
+fn too_slow(pace: &Pace) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, pace.too_slow())
+}
+
+/// Sends what is written, in chunks; fails once the caller went away,
+/// stopped reading for `stall`, or fell behind the minimum pace.
 struct ChannelWriter {
     tx: mpsc::Sender<Result<DownloadEvent, failure::Error>>,
     buf: Vec<u8>,
     runtime: tokio::runtime::Handle,
     stall: Duration,
+    pace: Pace,
 }
 
 impl ChannelWriter {
@@ -101,20 +136,31 @@ impl ChannelWriter {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
-        self.runtime
-            .block_on(
-                self.tx
-                    .send_timeout(Ok(DownloadEvent::Chunk(chunk)), self.stall),
-            )
-            .map_err(|e| match e {
-                mpsc::error::SendTimeoutError::Timeout(_) => io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the caller read nothing for {} s", self.stall.as_secs()),
-                ),
-                mpsc::error::SendTimeoutError::Closed(_) => {
-                    io::Error::new(io::ErrorKind::BrokenPipe, "the caller went away")
-                }
-            })
+        let len = chunk.len() as u64;
+        let (wait, slow) = bound(self.stall, &self.pace);
+        let began = Instant::now();
+        let sent = self
+            .runtime
+            .block_on(self.tx.send_timeout(Ok(DownloadEvent::Chunk(chunk)), wait));
+        let waited = began.elapsed();
+        match sent {
+            Ok(()) => self
+                .pace
+                .record(waited, len)
+                .map_err(|e| io::Error::new(io::ErrorKind::TimedOut, e)),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) if slow => {
+                let _ = self.pace.record(waited, 0);
+                Err(too_slow(&self.pace))
+            }
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the caller read nothing for {} s", self.stall.as_secs()),
+            )),
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the caller went away",
+            )),
+        }
     }
 }
 
@@ -136,7 +182,10 @@ impl Session {
     /// UploadArchive: extracts the archive in `chunks` into `destination`.
     /// An upload before the session's first change is part of where it
     /// began (see [`crate::workspace::history`]).
-    /// `turn` is the upload's slot (see `Registry::upload_turn`), held
+    /// It waits for the session's share (one upload at a time), its write
+    /// turn, and then a slot of the service, in that order: a session that
+    /// waits on itself never sits on a slot another session could use.
+    /// `turn`, when given, is a slot the caller already holds; it is held
     /// until the extraction ends.
     pub async fn upload_archive(
         &self,
@@ -177,20 +226,33 @@ impl Session {
         self.policy
             .check_mutation("UploadArchive")
             .map_err(Error::Denied)?;
-        let _turn = self.history.write_turn().await;
+        let share = self
+            .config
+            .transfer_shares
+            .take(Kind::Upload, &self.id)
+            .await;
+        let _write_turn = self.history.write_turn().await;
+        let turn = match turn {
+            Some(turn) => turn,
+            None => Arc::clone(&self.config.upload_slots)
+                .acquire_owned()
+                .await
+                .map_err(|_| stopping("archive"))?,
+        };
         let (ws, policy) = (self.workspace.clone(), Arc::clone(&self.policy));
         let limits = self.config.archives.upload;
         let dest = destination.clone();
         let runtime = tokio::runtime::Handle::current();
-        let stall = self.config.archives.stall;
+        let (stall, rate) = (self.config.archives.stall, self.config.archives.min_rate);
         let uploaded = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
+            let _turn = (turn, share);
             let reader = ChannelReader {
                 rx: chunks,
                 buf: Vec::new(),
                 pos: 0,
                 runtime,
                 stall,
+                pace: Pace::new(rate),
             };
             ws.upload_blocking(&dest, reader, limits, &policy)
         })
@@ -240,26 +302,30 @@ impl Session {
             self.refused("DownloadArchive", &summary, started, &e);
             return Err(e);
         }
-        // A download holds up to a directory fd per level: few run at once.
+        // A download holds up to a directory fd per level: few run at once,
+        // and one per session, taken before a slot of the service.
+        let share = self
+            .config
+            .transfer_shares
+            .take(Kind::Download, &self.id)
+            .await;
         let turn = Arc::clone(&self.config.download_slots)
             .acquire_owned()
             .await
-            .map_err(|_| Error::InvalidArgument {
-                field: "path",
-                why: "the service is stopping".into(),
-            })?;
+            .map_err(|_| stopping("path"))?;
         let (tx, rx) = mpsc::channel(4);
         let ws = self.workspace.clone();
         let journal_tx = tx.clone();
         let runtime = tokio::runtime::Handle::current();
-        let stall = self.config.archives.stall;
+        let (stall, rate) = (self.config.archives.stall, self.config.archives.min_rate);
         let written = tokio::task::spawn_blocking(move || {
-            let _turn = turn;
+            let _turn = (turn, share);
             let out = ChannelWriter {
                 tx: journal_tx,
                 buf: Vec::with_capacity(CHUNK),
                 runtime,
                 stall,
+                pace: Pace::new(rate),
             };
             if gzip {
                 let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
@@ -313,5 +379,13 @@ impl Session {
             }
         });
         Ok(rx)
+    }
+}
+
+/// The slots are closed only when the service stops.
+fn stopping(field: &'static str) -> Error {
+    Error::InvalidArgument {
+        field,
+        why: "the service is stopping".into(),
     }
 }

@@ -62,6 +62,9 @@ pub struct Config {
     /// streams unread (each running one holds a blocking thread and a few
     /// chunks in memory).
     pub upload_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Which sessions hold an upload or download slot: one of each kind
+    /// per session, so that one session never holds them all.
+    pub transfer_shares: std::sync::Arc<super::slots::Shares>,
     /// Where the service's counters go; `None`: nothing is measured.
     pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
@@ -78,6 +81,9 @@ pub struct ArchiveConfig {
     /// Longest a transfer waits for its caller (the next chunk of an
     /// upload, room for the next chunk of a download) before giving up.
     pub stall: Duration,
+    /// The pace a transfer holding a slot must keep up (see
+    /// [`super::slots`]): a caller that trickles is stopped.
+    pub min_rate: super::slots::MinRate,
 }
 
 impl Default for ArchiveConfig {
@@ -93,6 +99,10 @@ impl Default for ArchiveConfig {
             download_bytes: defaults::DOWNLOAD_BYTES,
             max_download_bytes: defaults::MAX_DOWNLOAD_BYTES,
             stall: Duration::from_secs(defaults::TRANSFER_STALL_SECS),
+            min_rate: super::slots::MinRate {
+                bytes_per_sec: defaults::TRANSFER_MIN_RATE,
+                grace: Duration::from_secs(defaults::TRANSFER_GRACE_SECS),
+            },
         }
     }
 }
@@ -268,6 +278,7 @@ impl Config {
             archives: ArchiveConfig::default(),
             download_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::DOWNLOADS)),
             upload_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::UPLOADS)),
+            transfer_shares: std::sync::Arc::default(),
             metrics: None,
         }
     }

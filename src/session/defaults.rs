@@ -97,6 +97,11 @@ pub const DOWNLOAD_BYTES: u64 = 1 << 30;
 pub const MAX_DOWNLOAD_BYTES: u64 = 16 << 30;
 /// Seconds a transfer waits for a caller that sends or reads nothing.
 pub const TRANSFER_STALL_SECS: u64 = 60;
+/// Bytes per second a transfer must keep up, counted over the time it
+/// waits for its caller (64 KiB/s: 512 kbit/s, a slow link).
+pub const TRANSFER_MIN_RATE: u64 = 64 << 10;
+/// Seconds a transfer may fall behind [`TRANSFER_MIN_RATE`].
+pub const TRANSFER_GRACE_SECS: u64 = 30;
 /// Uploads that run at once over the whole service.
 pub const UPLOADS: usize = 4;
 /// Downloads that run at once over the whole service.

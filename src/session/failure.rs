@@ -111,6 +111,7 @@ pub mod reason {
     pub const ARCHIVE_ENTRY_UNSAFE: &str = "ARCHIVE_ENTRY_UNSAFE";
     pub const ARCHIVE_ENTRY_INVALID: &str = "ARCHIVE_ENTRY_INVALID";
     pub const ARCHIVE_TOO_LARGE: &str = "ARCHIVE_TOO_LARGE";
+    pub const TRANSFER_TOO_SLOW: &str = "TRANSFER_TOO_SLOW";
     pub const ARCHIVE_HEADER_TOO_LARGE: &str = "ARCHIVE_HEADER_TOO_LARGE";
     pub const ARCHIVE_BOMB: &str = "ARCHIVE_BOMB";
     pub const ARCHIVE_MALFORMED: &str = "ARCHIVE_MALFORMED";
@@ -954,12 +955,15 @@ fn upload_status(err: &archive::Error) -> Described {
             },
             &[("path", e.path.clone())],
         ),
-        A::Read(e) => status(
-            Code::Aborted,
-            reason::ARCHIVE_MALFORMED,
-            format!("The archive's stream failed: {e}. {NONE} Send it again."),
-            &[],
-        ),
+        A::Read(e) => match super::slots::TooSlow::within(e) {
+            Some(slow) => too_slow(slow, "upload", NONE),
+            None => status(
+                Code::Aborted,
+                reason::ARCHIVE_MALFORMED,
+                format!("The archive's stream failed: {e}. {NONE} Send it again."),
+                &[],
+            ),
+        },
     }
 }
 
@@ -980,17 +984,41 @@ fn download_status(err: &archive::DownloadError) -> Described {
         D::Read { path, source } => status(
             Code::Internal,
             reason::IO_ERROR,
+/// A transfer stopped because its caller fell behind the minimum pace.
+fn too_slow(slow: &super::slots::TooSlow, what: &str, none: &str) -> Described {
+    status(
+        Code::ResourceExhausted,
+        reason::TRANSFER_TOO_SLOW,
+        format!(
+            "The {what} was stopped: {slow}. A transfer holds one of the service's few \
+             transfer slots, so it must keep up that pace. {none} Retry from a faster link, \
+             or send (or read) the stream as fast as it comes."
+        ),
+        &[
+            ("min_bytes_per_sec", slow.rate.bytes_per_sec.to_string()),
+            ("grace_seconds", slow.rate.grace.as_secs().to_string()),
+        ],
+    )
+}
+
             format!(
                 "Could not read {path}: {source}. The stream so far is not a whole archive. Retry."
             ),
             &[("path", path.clone())],
         ),
-        D::Write(e) => status(
-            Code::Aborted,
-            reason::IO_ERROR,
-            format!("The archive could not be sent: {e}."),
-            &[],
-        ),
+        D::Write(e) => match super::slots::TooSlow::within(e) {
+            Some(slow) => too_slow(
+                slow,
+                "download",
+                "The stream so far is not a whole archive; the workspace is as it was.",
+            ),
+            None => status(
+                Code::Aborted,
+                reason::IO_ERROR,
+                format!("The archive could not be sent: {e}."),
+                &[],
+            ),
+        },
         D::Walk(e) => status(
             Code::FailedPrecondition,
             reason::IO_ERROR,

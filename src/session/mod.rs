@@ -21,6 +21,8 @@
 //! - `messages`: what callers ask and get back;
 //! - `config`: operator settings, and the one rule for a value set under a
 //!   ceiling (0 means the default, above the ceiling is refused);
+//! - `slots`: each session's fair share of the transfer slots, and the
+//!   minimum pace a transfer holding one keeps up;
 //! - `error`: why a session call or the registry fails;
 //! - `defaults`: the operator's defaults and ceilings, written once.
 //!
@@ -39,6 +41,7 @@ mod pool;
 mod prepare;
 mod records;
 mod registry;
+mod slots;
 mod tools;
 
 pub use archives::{Chunks, DownloadEvent, Upload};
@@ -50,4 +53,5 @@ pub use messages::{
     Caller, Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
 };
 pub use registry::Registry;
+pub use slots::{MinRate, Shares, TooSlow};
 pub use tools::Session;

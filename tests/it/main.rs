@@ -22,6 +22,7 @@ mod engine_faults;
 mod environments;
 mod escapes;
 mod hostile;
+mod fairness;
 mod images;
 mod lifecycle;
 mod long_suites;
