@@ -4,8 +4,10 @@
 //! must be found exactly, byte for byte, where the hunk says (shifted by
 //! what earlier hunks added or removed), or else at exactly one place
 //! after the previous hunk and within [`NEARBY`] lines of where it says
-//! (which bounds what one hunk can cost, whatever the file). No fuzz: no line is ever skipped or matched
-//! loosely. A hunk found nowhere, or at more than one place, refuses the
+//! (which bounds what one hunk can cost, whatever the file), and within the
+//! [`SEARCH_BUDGET`] of line comparisons shared by the whole patch (which
+//! bounds what thousands of such hunks cost). No fuzz: no line is ever
+//! skipped or matched loosely. A hunk found nowhere, or at more than one place, refuses the
 //! whole patch, naming the file and the hunk and showing the lines that are
 //! there instead, so the model can read again and retry.
 //!
@@ -31,7 +33,21 @@ pub struct Hunk {
     old_len: usize,
     new_len: usize,
     lines: Vec<Line>,
+    /// The search budget of the patch it came from.
+    budget: Budget,
 }
+
+/// What looking for hunks away from where they say may cost one patch,
+/// shared by every hunk of every file that [`parse`] read from it.
+#[derive(Debug, Clone, Default)]
+struct Budget(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+/// Most line comparisons one patch may make looking for its hunks (a line
+/// compared with one of the same length costs one more per 64 bytes).
+/// An ordinary hunk that moved costs a few thousand; a patch of thousands
+/// of hunks that each sit [`NEARBY`] lines from where they say, over lines
+/// that almost match, would cost billions.
+pub const SEARCH_BUDGET: u64 = 20_000_000;
 
 /// What a file patch does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +233,11 @@ pub fn parse(text: &str) -> Result<Vec<FilePatch>, ParseError> {
             1,
             "no file patch found (no `diff --git` or `---` line)",
         ));
+    }
+    // One budget for the whole patch, however many files it spans.
+    let budget = Budget::default();
+    for h in files.iter_mut().flat_map(|f| f.hunks.iter_mut()) {
+        h.budget = budget.clone();
     }
     let mut seen = std::collections::HashSet::new();
     for f in &files {
@@ -450,6 +471,7 @@ fn parse_hunk(lines: &[&str], start: usize) -> Result<(Hunk, usize), ParseError>
             old_len,
             new_len,
             lines: body,
+            budget: Budget::default(),
         },
         i,
     ))
@@ -482,6 +504,11 @@ pub enum Mismatch {
     Ambiguous {
         /// Where.
         at: Vec<usize>,
+    },
+    /// Looking for it passed the patch's [`SEARCH_BUDGET`].
+    SearchBudget {
+        /// The budget, in line comparisons.
+        limit: u64,
     },
 }
 
@@ -530,8 +557,43 @@ pub struct Applied {
     pub line_delta: i64,
 }
 
-/// Applies `hunks` to `old`, all or nothing.
+/// Whether `want` is at line `at` of `lines`; adds what comparing cost to
+/// `cost`.
+fn fits(lines: &[&[u8]], want: &[&[u8]], at: usize, cost: &mut u64) -> bool {
+    if at + want.len() > lines.len() {
+        return false;
+    }
+    for (have, want) in lines[at..].iter().zip(want) {
+        // Lines of different lengths differ at once; equal lengths cost
+        // a comparison of their bytes.
+        *cost += 1;
+        if have.len() == want.len() {
+            *cost += have.len() as u64 >> 6;
+        }
+        if have != want {
+            return false;
+        }
+    }
+    true
+}
+
+/// Applies `hunks` to `old`, all or nothing, within the search budget of
+/// the patch they came from.
 pub fn apply(old: &[u8], hunks: &[Hunk]) -> Result<Applied, HunkError> {
+    let mut cost = 0;
+    let result = apply_counted(old, hunks, &mut cost);
+    if let Some(h) = hunks.first() {
+        h.budget
+            .0
+            .fetch_add(cost, std::sync::atomic::Ordering::Relaxed);
+    }
+    result
+}
+
+fn apply_counted(old: &[u8], hunks: &[Hunk], cost: &mut u64) -> Result<Applied, HunkError> {
+    let spent = hunks
+        .first()
+        .map_or(0, |h| h.budget.0.load(std::sync::atomic::Ordering::Relaxed));
     let lines: Vec<&[u8]> = old.split_inclusive(|b| *b == b'\n').collect();
     let mut out: Vec<u8> = Vec::with_capacity(old.len() + 256);
     let mut cursor = 0usize; // next line of `old` not yet copied
@@ -556,9 +618,7 @@ pub fn apply(old: &[u8], hunks: &[Hunk]) -> Result<Applied, HunkError> {
         let named = usize::try_from(named as i64 + shift)
             .unwrap_or(0)
             .max(cursor);
-        let fits =
-            |at: usize| at + want.len() <= lines.len() && lines[at..at + want.len()] == want[..];
-        let at = if fits(named) {
+        let at = if fits(&lines, &want, named, cost) {
             named
         } else if want.is_empty() {
             // Pure insertion past the end of the file.
@@ -575,7 +635,25 @@ pub fn apply(old: &[u8], hunks: &[Hunk]) -> Result<Applied, HunkError> {
         } else {
             let lo = cursor.max(named.saturating_sub(NEARBY));
             let hi = (named + NEARBY).min(lines.len().saturating_sub(want.len()));
-            let found: Vec<usize> = (lo..=hi).filter(|&at| fits(at)).take(10).collect();
+            let mut found = Vec::new();
+            for at in lo..=hi {
+                if fits(&lines, &want, at, cost) {
+                    found.push(at);
+                    if found.len() == 10 {
+                        break;
+                    }
+                }
+                if spent + *cost > SEARCH_BUDGET {
+                    return Err(HunkError {
+                        hunk: n + 1,
+                        header: hunk.header.clone(),
+                        expected: shown(&want),
+                        why: Mismatch::SearchBudget {
+                            limit: SEARCH_BUDGET,
+                        },
+                    });
+                }
+            }
             match found.as_slice() {
                 [one] => *one,
                 [] => {

@@ -123,3 +123,90 @@ fn a_hunk_is_looked_for_nearby_only() {
             .ends_with("unique a\nunique c\n")
     );
 }
+
+/// A patch of `hunks` hunks over blocks of 19 `a` lines and a `b{i}` line,
+/// hunk `i` removing `b{i}` with its 19 lines of context and saying it sits
+/// `off` lines later than it does (after what the hunk before taught).
+fn far_hunks(hunks: usize, off: i64) -> (Vec<u8>, String) {
+    let mut file = String::new();
+    let mut patch = String::from("--- a/f\n+++ b/f\n");
+    let mut shift: i64 = 0;
+    for i in 0..hunks {
+        for _ in 0..19 {
+            file.push_str("a\n");
+        }
+        file.push_str(&format!("b{i}\n"));
+        // Where hunk i is, 0-based, once earlier hunks removed a line each.
+        let at = (20 * i) as i64;
+        let old_start = at + off - shift + 1;
+        shift = at - (old_start - 1);
+        patch.push_str(&format!("@@ -{old_start},20 +{},19 @@\n", old_start));
+        for _ in 0..19 {
+            patch.push_str(" a\n");
+        }
+        patch.push_str(&format!("-b{i}\n"));
+    }
+    // Room after the last hunk for the search.
+    for _ in 0..2000 {
+        file.push_str("z\n");
+    }
+    (file.into_bytes(), patch)
+}
+
+#[test]
+fn twelve_thousand_hunks_far_from_where_they_say_pass_the_search_budget_quickly() {
+    let (file, patch) = far_hunks(12_000, NEARBY as i64);
+    let files = parse(&patch).unwrap();
+    let t = std::time::Instant::now();
+    let err = apply(&file, &files[0].hunks).unwrap_err();
+    let took = t.elapsed();
+    assert_eq!(
+        err.why,
+        Mismatch::SearchBudget {
+            limit: SEARCH_BUDGET
+        }
+    );
+    assert!(err.hunk > 1 && err.hunk < 12_000, "{err:?}");
+    // Generous: the whole search took 26 s of CPU; the budget is a
+    // fraction of a second in a release build.
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn the_search_budget_is_one_for_the_whole_patch_across_its_files() {
+    // Each file alone fits the budget; the two together do not.
+    let (file, one) = far_hunks(700, NEARBY as i64);
+    let files = parse(&one).unwrap();
+    apply(&file, &files[0].hunks).expect("one file fits the budget");
+    let two = format!("{one}{}", one.replace("a/f", "a/g").replace("b/f", "b/g"));
+    let files = parse(&two).unwrap();
+    apply(&file, &files[0].hunks).expect("the first file fits");
+    let err = apply(&file, &files[1].hunks).unwrap_err();
+    assert!(matches!(err.why, Mismatch::SearchBudget { .. }), "{err:?}");
+}
+
+#[test]
+fn ordinary_hunks_that_moved_still_apply() {
+    // 200 hunks over a file of unique lines, each named up to 900 lines
+    // from where it is.
+    let file: String = (0..201_000).map(|n| format!("line {n}\n")).collect();
+    let mut patch = String::from("--- a/f\n+++ b/f\n");
+    for i in 0..200i64 {
+        let at = 30 + 1000 * i;
+        // Each hunk off from the truth by its own amount, so that what the
+        // hunk before taught is wrong by up to 900 lines either way.
+        let old_start = at + (i * 337) % 900 + 1;
+        patch.push_str(&format!(
+            "@@ -{old_start},3 +{old_start},3 @@\n line {}\n-line {}\n+changed {}\n line {}\n",
+            at,
+            at + 1,
+            at + 1,
+            at + 2
+        ));
+    }
+    let files = parse(&patch).unwrap();
+    let out = apply(file.as_bytes(), &files[0].hunks).unwrap();
+    let text = String::from_utf8(out.bytes).unwrap();
+    assert_eq!(text.matches("changed ").count(), 200);
+    assert!(text.contains("line 30\nchanged 31\nline 32\n"));
+}
