@@ -121,6 +121,7 @@ pub mod reason {
     pub const PATCH_UNSUPPORTED: &str = "PATCH_UNSUPPORTED";
     pub const PATCH_CONTEXT_MISMATCH: &str = "PATCH_CONTEXT_MISMATCH";
     pub const PATCH_CONTEXT_AMBIGUOUS: &str = "PATCH_CONTEXT_AMBIGUOUS";
+    pub const PATCH_SEARCH_BUDGET: &str = "PATCH_SEARCH_BUDGET";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const NOT_PERMITTED: &str = "NOT_PERMITTED";
     pub const POLICY_DENIED: &str = "POLICY_DENIED";
@@ -466,6 +467,22 @@ fn hunk_status(path: &str, error: &workspace::patch::HunkError) -> Described {
                 &[("path", path.clone()), ("hunk", error.hunk.to_string())],
             )
         }
+        Mismatch::SearchBudget { limit } => status(
+            Code::ResourceExhausted,
+            reason::PATCH_SEARCH_BUDGET,
+            format!(
+                "Hunk {} of {path} ({}) is not where it says, and looking for the patch's hunks \
+                 away from where they say passed the search budget of one patch ({limit} line \
+                 comparisons). {NONE} Make the patch against the files as they are now, so that \
+                 its line numbers are right, or send it in smaller parts.",
+                error.hunk, error.header
+            ),
+            &[
+                ("path", path.clone()),
+                ("hunk", error.hunk.to_string()),
+                ("limit", limit.to_string()),
+            ],
+        ),
         Mismatch::Ambiguous { at } => {
             let lines: Vec<String> = at.iter().map(|l| l.to_string()).collect();
             status(
