@@ -29,6 +29,7 @@ mod long_suites;
 mod metrics;
 mod policy;
 mod report;
+mod scan_bounds;
 mod session_tokens;
 mod sessions;
 mod ttl_ceiling;
