@@ -21,16 +21,20 @@ use rustix::fs::{Mode, OFlags};
 pub enum Error {
     /// The directory (or an ancestor) has an owner or mode that would let
     /// another user change what the service relies on.
-    #[error("the state directory {path} is unsafe: {why}")]
+    #[error("the {what} {path} is unsafe: {why}")]
     Unsafe {
+        /// Which directory: the state directory, or the one a flag named.
+        what: &'static str,
         /// The offending path.
         path: PathBuf,
         /// What is wrong and how to fix it.
         why: String,
     },
     /// The directory could not be created or opened.
-    #[error("cannot prepare the state directory {path}: {source}")]
+    #[error("cannot prepare the {what} {path}: {source}")]
     Open {
+        /// Which directory: the state directory, or the one a flag named.
+        what: &'static str,
         /// The path.
         path: PathBuf,
         /// The OS error.
@@ -59,10 +63,24 @@ pub struct StateDir {
 /// sockets and sessions are never another's workspace.
 pub const MARKER: &str = "SANDBOXD-STATE";
 
+/// What the service's own state directory is called in its errors.
+const STATE: &str = "state directory";
+
 fn state_err(path: &Path) -> impl FnOnce(rustix::io::Errno) -> Error + '_ {
     move |e| Error::Open {
+        what: STATE,
         path: path.to_path_buf(),
         source: e.into(),
+    }
+}
+
+impl Error {
+    /// The same error, naming the directory as `what`.
+    fn of(self, what: &'static str) -> Error {
+        match self {
+            Error::Unsafe { path, why, .. } => Error::Unsafe { what, path, why },
+            Error::Open { path, source, .. } => Error::Open { what, path, source },
+        }
     }
 }
 
@@ -93,7 +111,19 @@ impl StateDir {
     /// directory such as /tmp is accepted as an ancestor), or is itself not
     /// owned by the service's user with mode 0700 or stricter.
     pub fn open(path: &Path) -> Result<StateDir, Error> {
+        Self::open_as(path, STATE)
+    }
+
+    /// [`StateDir::open`] for a directory the operator named for another
+    /// use, checked alike: `what` names it in errors (e.g. "journal
+    /// directory (--journal-dir)"), so the operator knows which to fix.
+    pub fn open_as(path: &Path, what: &'static str) -> Result<StateDir, Error> {
+        Self::open_checked(path).map_err(|e| e.of(what))
+    }
+
+    fn open_checked(path: &Path) -> Result<StateDir, Error> {
         let unsafe_state = |p: &Path, why: String| Error::Unsafe {
+            what: STATE,
             path: p.to_path_buf(),
             why,
         };
@@ -148,6 +178,7 @@ impl StateDir {
             path: path.to_path_buf(),
         };
         mark(&dir).map_err(|e| Error::Open {
+            what: STATE,
             path: path.join(MARKER),
             source: e,
         })?;
@@ -176,6 +207,7 @@ impl StateDir {
         let st = rustix::fs::fstat(&fd).map_err(state_err(&path))?;
         if st.st_uid != rustix::process::geteuid().as_raw() {
             return Err(Error::Unsafe {
+                what: STATE,
                 path,
                 why: format!("it is owned by uid {}", st.st_uid),
             });
@@ -407,12 +439,14 @@ fn check_ancestor(fd: &OwnedFd, path: &Path, euid: u32) -> Result<(), Error> {
     let st = rustix::fs::fstat(fd).map_err(state_err(path))?;
     if st.st_uid != 0 && st.st_uid != euid {
         return Err(Error::Unsafe {
+            what: STATE,
             path: path.to_path_buf(),
             why: format!("this ancestor is owned by uid {}", st.st_uid),
         });
     }
     if st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0 {
         return Err(Error::Unsafe {
+            what: STATE,
             path: path.to_path_buf(),
             why: format!(
                 "this ancestor has mode {:04o}: other users could replace what is in it",
@@ -437,6 +471,7 @@ fn open_or_make_dir(parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<Owned
             rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(state_err(path))
         }
         Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => Err(Error::Unsafe {
+            what: STATE,
             path: path.to_path_buf(),
             why: "it is a symbolic link or not a directory".into(),
         }),

@@ -43,6 +43,9 @@ use crate::state::StateDir;
 use crate::volume::Volumes;
 use crate::workspace::lock::PathLocks;
 
+/// What the operator's journal directory is called in errors about it.
+const JOURNAL_DIR: &str = "journal directory (--journal-dir)";
+
 /// The lock a live instance holds in its state directory.
 const LIVE_LOCK: &str = "instance.lock";
 
@@ -134,7 +137,7 @@ impl Registry {
         };
         let journal_dir = match &config.journal_dir {
             Some(dir) => Some(files(
-                StateDir::open(dir).map_err(crate::volume::Error::State)?,
+                StateDir::open_as(dir, JOURNAL_DIR).map_err(crate::volume::Error::State)?,
             )),
             None => None,
         };
