@@ -413,15 +413,6 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         )
         .into());
     }
-    // A TCP port, even on loopback, is open to every local user: unless the
-    // operator says otherwise, demand a token the service makes itself.
-    let token = match (&args.listen, token) {
-        (ListenAddr::Tcp(addr), None) if !args.no_token => {
-            Some(make_token(&config.state_dir, addr)?)
-        }
-        (_, token) => token,
-    };
-
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             let read = |path: &PathBuf| {
@@ -445,7 +436,17 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         Duration::from_secs(args.engine_timeout),
     ));
     let runtime: Arc<dyn Runtime> = docker.clone();
+    // The registry takes the state directory's instance lock before
+    // anything is written there: a second instance is refused with the
+    // live one's token and address untouched.
+    let made_token_in = config.state_dir.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
+    // A TCP port, even on loopback, is open to every local user: unless the
+    // operator says otherwise, demand a token the service makes itself.
+    let token = match (&args.listen, token) {
+        (ListenAddr::Tcp(addr), None) if !args.no_token => Some(make_token(&made_token_in, addr)?),
+        (_, token) => token,
+    };
     // Sessions an earlier instance left open come back before anything is
     // swept, so their workspaces are never taken for leftovers.
     let back = registry.recover().await;

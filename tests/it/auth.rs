@@ -71,8 +71,11 @@ async fn calls_without_the_token_are_unauthenticated() {
 
 #[test]
 fn serve_refuses_a_public_address_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(common::SANDBOXD)
         .args(["serve", "--listen", "0.0.0.0:0"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
         .env_remove("SANDBOXD_TOKEN")
         .env_remove("SANDBOXD_TOKEN_FILE")
         .output()
@@ -303,6 +306,8 @@ async fn unix_socket_listener_is_private_and_removed_at_exit() {
     let out = std::process::Command::new(common::SANDBOXD)
         .args(["serve", "--listen", &format!("unix:{}", socket.display())])
         .args(["--docker-host", common::NO_DOCKER, "--pool-size", "0"])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -32,5 +32,7 @@ mod report;
 mod scan_bounds;
 mod session_tokens;
 mod sessions;
+mod state_dir;
+mod text_log;
 mod ttl_ceiling;
 mod walk;
