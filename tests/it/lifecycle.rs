@@ -92,13 +92,13 @@ fn demo_command_shows_red_then_green() {
 }
 
 /// A `sandboxd serve` child process.
-struct Served {
-    child: Child,
+pub(crate) struct Served {
+    pub(crate) child: Child,
     addr: String,
 }
 
 impl Served {
-    async fn start(service: &str, workspaces: &std::path::Path, pool: usize) -> Served {
+    pub(crate) async fn start(service: &str, workspaces: &std::path::Path, pool: usize) -> Served {
         Self::start_with(service, workspaces, pool, &[]).await
     }
 
@@ -150,7 +150,7 @@ impl Served {
         Served { child, addr }
     }
 
-    async fn client(&self) -> common::Client {
+    pub(crate) async fn client(&self) -> common::Client {
         let channel = tonic::transport::Channel::from_shared(self.addr.clone())
             .unwrap()
             .connect()
@@ -161,7 +161,7 @@ impl Served {
 
     /// SIGTERM, then wait (off the async thread, so client connections of
     /// this test can still answer the server's goodbye).
-    async fn sigterm_and_wait(mut self) {
+    pub(crate) async fn sigterm_and_wait(mut self) {
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
             rustix::process::Signal::TERM,
@@ -185,7 +185,7 @@ impl Drop for Served {
 
 /// Removes the containers carrying a label when the test ends, also when it
 /// fails half-way (this test leaks containers on purpose).
-struct RemoveOnDrop(String);
+pub(crate) struct RemoveOnDrop(pub(crate) String);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -194,7 +194,7 @@ impl Drop for RemoveOnDrop {
 }
 
 /// Unmounts what a test leaves, also when it fails half-way.
-struct Unmount(std::path::PathBuf);
+pub(crate) struct Unmount(pub(crate) std::path::PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
@@ -202,7 +202,7 @@ impl Drop for Unmount {
     }
 }
 
-fn service_name() -> String {
+pub(crate) fn service_name() -> String {
     format!(
         "sandboxd-test-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..10]
