@@ -18,6 +18,7 @@ mod connect;
 pub mod demo;
 mod env;
 pub mod image;
+mod logfmt;
 pub mod mcp;
 mod print;
 pub mod serve;

@@ -294,6 +294,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             .init();
     } else {
         tracing_subscriber::fmt()
+            .fmt_fields(super::logfmt::escaped())
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
             .with_ansi(std::io::stderr().is_terminal())

@@ -97,6 +97,7 @@ pub async fn run(
 ) -> Result<ExitCode, AnyError> {
     let protocol_out = claim_stdout()?;
     tracing_subscriber::fmt()
+        .fmt_fields(super::logfmt::escaped())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
