@@ -44,6 +44,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::state::{Dir, StateDir};
 use crate::workspace::remove::remove_tree_at;
 
+mod attrs;
 mod fresh;
 mod hardlinks;
 mod idmap;

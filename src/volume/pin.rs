@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
+use super::attrs;
 use super::hardlinks::linked_outside;
 use super::idmap::{self, IdMap};
 use super::{Error, Kind, Volume, Volumes, check_id, proc_fd_path, unmount};
@@ -102,7 +103,7 @@ impl Volumes {
             note: None,
         };
         let pinned = (|| -> io::Result<Option<io::Error>> {
-            use rustix::mount::{MountFlags, MoveMountFlags, OpenTreeFlags};
+            use rustix::mount::{MoveMountFlags, OpenTreeFlags};
             let tree = rustix::mount::open_tree(
                 root,
                 "",
@@ -117,6 +118,9 @@ impl Volumes {
                 (Some(_), Some(why)) => Some(io::Error::other(why)),
                 (Some(map), None) => idmap::apply(&tree, map).err(),
             };
+            // Added to the source's own flags, never replacing them: a
+            // directory lent read-only stays read-only through its pin.
+            let added = attrs::add_nosuid_nodev(&tree)?;
             rustix::mount::move_mount(
                 &tree,
                 "",
@@ -124,12 +128,14 @@ impl Volumes {
                 id,
                 MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
             )?;
-            // The tree fd names the new mount itself: no path is resolved.
-            rustix::mount::mount_remount(
-                proc_fd_path(&tree),
-                MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV,
-                "",
-            )?;
+            if !added {
+                // The tree fd names the new mount itself: no path is resolved.
+                rustix::mount::mount_remount(
+                    proc_fd_path(&tree),
+                    attrs::remount_flags(&tree)?,
+                    "",
+                )?;
+            }
             Ok(unmapped)
         })();
         match pinned.and_then(|unmapped| volume.check_identity().map(|()| unmapped)) {
@@ -284,5 +290,69 @@ mod tests {
         assert_eq!(owned.note(), None);
         assert!(!mount_options(owned.path()).contains("idmapped"));
         assert_eq!(std::fs::metadata(owned.path().join("f")).unwrap().uid(), 0);
+    }
+
+    /// Unmounts a test's own bind mount, also when an assertion fails.
+    struct Bound(std::path::PathBuf);
+
+    impl Drop for Bound {
+        fn drop(&mut self) {
+            let _ = unmount(&self.0);
+        }
+    }
+
+    /// A directory the host lends read-only and `noexec` keeps both through
+    /// its pin, which adds `nosuid,nodev` on top: nothing is writable or
+    /// runnable through the pin that is not so at the source.
+    #[test]
+    fn a_read_only_noexec_lent_directory_stays_so_through_its_pin() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "pins need root: run the tests as root"
+        );
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        let source = base.path().join("source");
+        std::fs::create_dir(&source).unwrap();
+        std::fs::write(source.join("f"), "x\n").unwrap();
+        let lent = base.path().join("repo");
+        std::fs::create_dir(&lent).unwrap();
+        let mount = |args: &[&str]| {
+            let out = std::process::Command::new("mount")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mount {args:?}: {out:?}");
+        };
+        mount(&["--bind", source.to_str().unwrap(), lent.to_str().unwrap()]);
+        let _bound = Bound(lent.clone());
+        mount(&["-o", "remount,bind,ro,noexec", lent.to_str().unwrap()]);
+        let fd = rustix::fs::open(
+            &lent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let mut pins = Pins(Vec::new());
+        for (id, user) in [("plain", (0, 0)), ("mapped", (1000, 1000))] {
+            pins.0
+                .push(volumes.pin(id, &fd, &lent, user, None).unwrap());
+            let pin = pins.0.last().unwrap();
+            let options = mount_options(pin.path());
+            let options: Vec<&str> = options.split(',').collect();
+            for want in ["ro", "noexec", "nosuid", "nodev"] {
+                assert!(options.contains(&want), "{id}: {options:?}");
+            }
+            let wrote = std::fs::write(pin.path().join("g"), "y");
+            assert_eq!(
+                wrote.unwrap_err().raw_os_error(),
+                Some(libc::EROFS),
+                "{id}: written through the pin"
+            );
+            assert_eq!(std::fs::read(pin.path().join("f")).unwrap(), b"x\n");
+        }
+        assert!(!source.join("g").exists());
     }
 }

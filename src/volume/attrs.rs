@@ -1,0 +1,65 @@
+//! Mount attributes a pin adds to what it pins, and never takes away.
+//!
+//! A pin is a clone of the lent directory's mount, and a clone keeps the
+//! source's per-mount flags: a directory the host lends read-only (or
+//! `noexec`) stays so through the pin. `nosuid,nodev` are added with
+//! `mount_setattr` on the still detached tree, which sets the flags it is
+//! given and clears only those it is told to clear (none). A remount would
+//! instead set the mount's flags to exactly what it names, dropping `ro`.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+
+/// Adds `nosuid` and `nodev` to the detached mount `tree` (from
+/// `open_tree(OPEN_TREE_CLONE)`), keeping every flag it has. `Ok(false)`
+/// where the kernel has no `mount_setattr` (before Linux 5.12): see
+/// [`remount_flags`].
+pub(super) fn add_nosuid_nodev(tree: &impl AsFd) -> io::Result<bool> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a plain system call on a live descriptor, an empty C string
+    // and a struct the kernel only reads, whose size is passed with it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    match io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ENOSYS) => Ok(false),
+        e => Err(e),
+    }
+}
+
+/// The flags a remount of the mount `tree` must name to add `nosuid,nodev`
+/// and keep the restricting flags it has (`ro`, `noexec`, and the atime
+/// ones): for a kernel without `mount_setattr`.
+pub(super) fn remount_flags(tree: &impl AsFd) -> io::Result<rustix::mount::MountFlags> {
+    use rustix::fs::StatVfsMountFlags as Has;
+    use rustix::mount::MountFlags as Set;
+    let has = rustix::fs::fstatvfs(tree)?.f_flag;
+    let mut flags = Set::BIND | Set::NOSUID | Set::NODEV;
+    for (had, keep) in [
+        (Has::RDONLY, Set::RDONLY),
+        (Has::NOEXEC, Set::NOEXEC),
+        (Has::NOATIME, Set::NOATIME),
+        (Has::NODIRATIME, Set::NODIRATIME),
+        (Has::RELATIME, Set::RELATIME),
+    ] {
+        if has.contains(had) {
+            flags |= keep;
+        }
+    }
+    Ok(flags)
+}
