@@ -82,7 +82,10 @@ pub fn changes(
                 pb::ChangeKind::Deleted => 'D',
                 _ => 'M',
             };
-            con.out(format_args!("{mark} {}\n", ch.path));
+            con.out(format_args!(
+                "{mark} {}\n",
+                crate::cli::print::name(&ch.path)
+            ));
         }
     } else {
         con.out_bytes(&r.patch);
@@ -93,7 +96,7 @@ pub fn changes(
             pb::OmittedReason::OmittedNone => {}
             pb::OmittedReason::OmittedBinary => con.status(format_args!(
                 "note: {} is binary: not in the patch",
-                ch.path
+                crate::cli::print::name(&ch.path)
             )),
             why => {
                 cut = true;
@@ -104,7 +107,7 @@ pub fn changes(
                 };
                 con.status(format_args!(
                     "warning: {} is {why}: not in the patch",
-                    ch.path
+                    crate::cli::print::name(&ch.path)
                 ))
             }
         }

@@ -1,8 +1,13 @@
 //! Printing of replies: how each verb shows what the service answered.
 //! Everything goes through the [`Stdio`] console, so text the sandboxed
-//! side controls reaches a terminal neutralised (see `terminal`).
+//! side controls reaches a terminal neutralised (see `terminal`). Names in
+//! line-per-item listings (paths, commands, journal summaries) go through
+//! [`name`]: one with a newline, a quote or an escape sequence is printed
+//! quoted, as git prints it, so that it stays one item on one line, on a
+//! terminal and in a pipe alike.
 
 use sandboxd::pb;
+pub use sandboxd::workspace::quote::shown as name;
 
 use std::io::Write;
 
@@ -78,7 +83,7 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
             "  #{:<4} {:<10} {}  {} -> {}\n",
             w.seq,
             w.tool,
-            w.path,
+            name(&w.path),
             before,
             prefix(&w.sha256_after, 12)
         ));
@@ -98,20 +103,27 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
         if c.interrupted {
             how = "interrupted: the service stopped while it ran".to_string();
         }
-        con.out(format_args!("  #{:<4} {}  [{how}]\n", c.seq, c.command));
+        con.out(format_args!(
+            "  #{:<4} {}  [{how}]\n",
+            c.seq,
+            name(&c.command)
+        ));
     }
     con.out(format_args!("refused ({}):\n", r.denied.len()));
     for d in &r.denied {
         con.out(format_args!(
             "  #{:<4} {:<10} {} [{}]\n",
-            d.seq, d.tool, d.summary, d.reason
+            d.seq,
+            d.tool,
+            name(&d.summary),
+            d.reason
         ));
     }
     let list = |v: &[String]| {
         if v.is_empty() {
             "-".to_string()
         } else {
-            v.join(", ")
+            v.iter().map(|p| name(p)).collect::<Vec<_>>().join(", ")
         }
     };
     if !r.planned_touched.is_empty() || !r.unplanned.is_empty() || !r.untouched.is_empty() {
@@ -144,7 +156,12 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
         for e in &r.journal {
             con.out(format_args!(
                 "  #{:<4} {:<16} {:<10} {} ms  {}  {}\n",
-                e.seq, e.tool, e.outcome, e.duration_ms, e.summary, e.detail
+                e.seq,
+                e.tool,
+                e.outcome,
+                e.duration_ms,
+                name(&e.summary),
+                name(&e.detail)
             ));
         }
     }
@@ -161,7 +178,7 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
     con.out(format_args!("session   {}\n", s.session_id));
     con.out(format_args!(
         "workspace {}{}\n",
-        s.workspace_path,
+        name(&s.workspace_path),
         if s.owns_workspace {
             " (fresh, removed on close)"
         } else {
@@ -240,7 +257,11 @@ pub fn read(con: &mut Console<impl Write, impl Write>, r: &pb::ReadFileResponse,
 /// Prints the open sessions, one a line.
 pub fn sessions(con: &mut Console<impl Write, impl Write>, r: &pb::ListSessionsResponse) {
     for s in &r.sessions {
-        con.out(format_args!("{}  {}\n", s.session_id, s.workspace_path));
+        con.out(format_args!(
+            "{}  {}\n",
+            s.session_id,
+            name(&s.workspace_path)
+        ));
     }
 }
 
@@ -266,7 +287,7 @@ pub fn dir(con: &mut Console<impl Write, impl Write>, r: &pb::ListDirResponse) {
             pb::dir_entry::Kind::Symlink => ("@", String::new()),
             _ => ("", format!("{:>10}  ", e.size_bytes)),
         };
-        con.out(format_args!("{size:>12}{}{mark}\n", e.name));
+        con.out(format_args!("{size:>12}{}{mark}\n", name(&e.name)));
     }
     if r.truncated {
         con.out(format_args!("... (more entries)\n"));
@@ -276,7 +297,7 @@ pub fn dir(con: &mut Console<impl Write, impl Write>, r: &pb::ListDirResponse) {
 /// Prints the paths a glob found, one a line.
 pub fn found(con: &mut Console<impl Write, impl Write>, r: &pb::FindFilesResponse) {
     for p in &r.paths {
-        con.out(format_args!("{p}\n"));
+        con.out(format_args!("{}\n", name(p)));
     }
     if r.truncated {
         con.out(format_args!("... (more matches)\n"));
@@ -286,7 +307,7 @@ pub fn found(con: &mut Console<impl Write, impl Write>, r: &pb::FindFilesRespons
 /// Prints search matches as `path:line: text`.
 pub fn matches(con: &mut Console<impl Write, impl Write>, r: &pb::SearchFilesResponse) {
     for m in &r.matches {
-        con.out(format_args!("{}:{}: {}\n", m.path, m.line, m.text));
+        con.out(format_args!("{}:{}: {}\n", name(&m.path), m.line, m.text));
     }
     if r.truncated {
         con.out(format_args!("... (more matches)\n"));

@@ -92,7 +92,11 @@ pub async fn download(
             })) => {
                 out.flush()?;
                 for s in &done.skipped {
-                    con.status(format_args!("left out: {} ({})", s.path, s.why));
+                    con.status(format_args!(
+                        "left out: {} ({})",
+                        crate::cli::print::name(&s.path),
+                        s.why
+                    ));
                 }
                 con.status(format_args!("{}", done.message));
                 return Ok(Ok(()));

@@ -9,7 +9,9 @@
 //! executable bit counts. A binary file (a NUL byte in its
 //! first 8000 bytes, as git decides) or one past the size bound is listed
 //! and named at the head of the patch, where `git apply` reads nothing,
-//! but its bytes are not inlined.
+//! but its bytes are not inlined. Every path in the patch, those comment
+//! lines included, is quoted as git quotes it (see [`crate::workspace::quote`]):
+//! a name with a newline cannot start a line of its own.
 
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
@@ -18,7 +20,8 @@ use std::time::{Duration, Instant};
 use similar::{Algorithm, DiffTag, capture_diff_slices_deadline, group_diff_ops};
 
 use super::store::Store;
-use super::{Hash, Manifest, Node, open_dir, open_file, show};
+use super::{Hash, Manifest, Node, open_dir, open_file};
+use crate::workspace::quote::git_path;
 
 /// How a path changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +269,9 @@ pub fn changes(
             patch.extend_from_slice(
                 format!(
                     "#   {} ({why}, {:?}): sha256 {} -> {}\n",
-                    show(&c.path),
+                    // Quoted as in the rest of the patch: a name's newline
+                    // would end this comment and start patch lines.
+                    git_path("", &c.path),
                     c.kind,
                     hashes(&c.before),
                     hashes(&c.after)
@@ -344,36 +349,6 @@ fn read_now(root: &OwnedFd, path: &[u8], bounds: Bounds) -> io::Result<Vec<u8>> 
     Ok(out)
 }
 
-/// A path as git writes it in a patch: quoted, with C escapes, when it
-/// holds a control character, a quote, a backslash or a non-ASCII byte.
-pub fn git_path(prefix: &str, path: &[u8]) -> String {
-    let needs = path
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b >= 0x7f);
-    if !needs {
-        return format!("{prefix}{}", String::from_utf8_lossy(path));
-    }
-    let mut s = String::from("\"");
-    s.push_str(prefix);
-    for &b in path {
-        match b {
-            b'"' => s.push_str("\\\""),
-            b'\\' => s.push_str("\\\\"),
-            b'\n' => s.push_str("\\n"),
-            b'\t' => s.push_str("\\t"),
-            b'\r' => s.push_str("\\r"),
-            0x07 => s.push_str("\\a"),
-            0x08 => s.push_str("\\b"),
-            0x0b => s.push_str("\\v"),
-            0x0c => s.push_str("\\f"),
-            b if !(0x20..0x7f).contains(&b) => s.push_str(&format!("\\{b:03o}")),
-            b => s.push(b as char),
-        }
-    }
-    s.push('"');
-    s
-}
-
 /// Lines of `text`, each with its `\n` (the last may lack one).
 fn lines(text: &[u8]) -> Vec<&[u8]> {
     text.split_inclusive(|b| *b == b'\n').collect()
@@ -426,7 +401,10 @@ fn file_patch(change: &Change, old: Option<&[u8]>, new: Option<&[u8]>, time: Dur
     } else {
         "/dev/null".into()
     };
-    out.extend_from_slice(format!("--- {from}\n+++ {to}\n").as_bytes());
+    // Git ends these lines with a tab when the name holds a space, so
+    // that readers that stop at whitespace (GNU patch) read it whole.
+    let tab = |name: &str| if name.contains(' ') { "\t" } else { "" };
+    out.extend_from_slice(format!("--- {from}{}\n+++ {to}{}\n", tab(&from), tab(&to)).as_bytes());
     hunks(&mut out, old, new, time);
     out
 }
