@@ -15,7 +15,6 @@ pub mod patch;
 mod patching;
 pub mod path;
 pub mod quote;
-pub mod quote;
 pub mod remove;
 pub mod tree;
 pub mod walk;
