@@ -19,16 +19,20 @@ use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CreateContainerOptionsBuilder, CreateImageOptionsBuilder,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, TagImageOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
 use futures_util::{StreamExt, TryStreamExt};
 use tokio::sync::{Mutex, OnceCell};
 
-use super::build::{self, BuildMessage, BuildSpec, BuildStream, ImageInfo};
+use super::build::{self, BuildSpec, BuildStream, ImageInfo};
 use super::image;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
+
+mod builds;
+
+pub use builds::{BRIDGE as BUILD_BRIDGE, NETWORK as BUILD_NETWORK};
 
 /// How long an engine call may take to answer by default (streams, once
 /// answered, are not limited).
@@ -728,16 +732,7 @@ impl Runtime for DockerRuntime {
 
     async fn build_image(&self, spec: BuildSpec) -> Result<BuildStream, Error> {
         let docker = self.client().await?.clone();
-        let options = BuildImageOptionsBuilder::new()
-            .dockerfile(&spec.dockerfile)
-            .t(&spec.tag)
-            // Step containers go, on failure and on cancel too.
-            .rm(true)
-            .forcerm(true)
-            .labels(&spec.labels.into_iter().collect::<HashMap<_, _>>())
-            .buildargs(&spec.args.into_iter().collect::<HashMap<_, _>>())
-            .build();
-        Ok(build_stream(docker, options, spec.context))
+        builds::start(docker, self.host.as_deref(), spec).await
     }
 
     async fn tag_image(&self, image: &str, reference: &str) -> Result<(), Error> {
@@ -804,73 +799,6 @@ impl Runtime for DockerRuntime {
         }
         Ok(removed)
     }
-}
-
-/// The engine's build messages for one build, cut into [`BuildMessage`]s.
-fn build_stream(
-    docker: Docker,
-    options: bollard::query_parameters::BuildImageOptions,
-    context: Vec<u8>,
-) -> BuildStream {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<BuildMessage, Error>>(64);
-    // The producer ends (and drops the engine's stream, cancelling the
-    // build) as soon as the receiver is gone.
-    tokio::spawn(async move {
-        let body = bollard::body_full(context.into());
-        let mut raw = docker.build_image(options, None, Some(body));
-        let mut partial = String::new();
-        loop {
-            // A step may print nothing for minutes: watch the receiver too.
-            let item = tokio::select! {
-                _ = tx.closed() => return,
-                item = raw.next() => item,
-            };
-            let Some(item) = item else { break };
-            let mut out = Vec::new();
-            let item = match item {
-                Ok(info) => {
-                    if let Some(text) = &info.stream {
-                        build::split_stream(&mut partial, text, &mut out);
-                    }
-                    if let Some(detail) = info.error_detail {
-                        let message = detail.message.unwrap_or_default();
-                        out.push(BuildMessage::Failed(message));
-                    }
-                    if let Some(id) = info.aux.and_then(|aux| aux.id) {
-                        out.push(BuildMessage::Built(id));
-                    }
-                    Ok(out)
-                }
-                Err(DockerError::DockerResponseServerError { message, .. }) => {
-                    Ok(vec![BuildMessage::Failed(message)])
-                }
-                Err(DockerError::DockerStreamError { error }) => {
-                    Ok(vec![BuildMessage::Failed(error)])
-                }
-                Err(e) => Err(Error::Connect(e.to_string())),
-            };
-            let messages = match item {
-                Ok(messages) => messages,
-                Err(e) => {
-                    let _ = tx.send(Err(e)).await;
-                    return;
-                }
-            };
-            for m in messages {
-                if tx.send(Ok(m)).await.is_err() {
-                    return;
-                }
-            }
-        }
-        if !partial.is_empty() {
-            let mut out = Vec::new();
-            build::split_stream(&mut partial, "\n", &mut out);
-            for m in out {
-                let _ = tx.send(Ok(m)).await;
-            }
-        }
-    });
-    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }
 
 /// `repo:tag` (a `:` after the last `/`), or `repo` with tag `latest`.

@@ -49,7 +49,15 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
 
     // A volume over or under the workspace (or the supervisor's paths)
     // would hide it: such an image opens no session, and leaves nothing.
-    for path in ["/workspace/sub", "/workspace", "/.sandboxd/run"] {
+    // Spelled as the engine cleans it, too.
+    for path in [
+        "/workspace/sub",
+        "/workspace",
+        "/.sandboxd/run",
+        "//workspace",
+        "/./.sandboxd",
+        "/data/../workspace/",
+    ] {
         let hiding = unique("hiding");
         let _cleanup_hiding = Cleanup(vec![hiding.clone()]);
         build(

@@ -13,6 +13,7 @@ use sandboxd::pb::build_environment_event::Event;
 
 mod cli;
 mod images;
+mod reach;
 mod refusals;
 mod sharing;
 mod toolchains;
