@@ -1,7 +1,14 @@
 //! Assembles and runs the gRPC server: the Sandbox service, the standard
 //! health service, reflection (v1 and v1alpha, for grpcurl), and the idle
 //! session reaper, over TCP (optionally TLS) or a Unix socket. On shutdown
-//! every session is closed.
+//! every session is closed. Connections come through a
+//! [`listener::Gate`] (`listener`); the metrics endpoint is `scrape`.
+
+mod listener;
+mod scrape;
+
+pub use listener::{Admission, ConnectionLimits, raise_fd_limit};
+pub use scrape::serve_metrics;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,8 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::service::interceptor::{InterceptedService, Interceptor};
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
@@ -72,10 +77,43 @@ impl Interceptor for BearerAuth {
         let (caller, may_build) = self
             .caller(given)
             .ok_or_else(|| tonic::Status::from(crate::error::Error::Unauthenticated))?;
+        vouch(&req, &caller);
         if may_build {
             req.extensions_mut().insert(MayBuild);
         }
         req.extensions_mut().insert(caller);
+        Ok(req)
+    }
+}
+
+/// A call carrying a valid token vouches for its connection (see
+/// [`listener`]): it is no longer closed at the handshake deadline.
+fn vouch(req: &tonic::Request<()>, caller: &Caller) {
+    if let Some(admission) = req.extensions().get::<Admission>() {
+        let session = match caller {
+            Caller::Admin => None,
+            Caller::Session(id) => Some(id.as_str()),
+        };
+        admission.vouch(session);
+    }
+}
+
+/// The health service is open to all; a health call carrying a valid
+/// token vouches for its connection all the same (a probe that keeps its
+/// connection open is not closed at the handshake deadline).
+#[derive(Clone)]
+struct VouchOnly(BearerAuth);
+
+impl Interceptor for VouchOnly {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let given = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        if let Some((caller, _)) = self.0.caller(given) {
+            vouch(&req, &caller);
+        }
         Ok(req)
     }
 }
@@ -112,6 +150,9 @@ pub struct Access {
     pub build_token: Option<String>,
     /// Serve TLS with this identity.
     pub tls: Option<TlsIdentity>,
+    /// How many connections may be open, and how long one may stay
+    /// before a call with a valid token vouches for it.
+    pub connections: ConnectionLimits,
 }
 
 /// A PEM certificate chain and its private key.
@@ -129,8 +170,18 @@ impl std::fmt::Debug for TlsIdentity {
     }
 }
 
-/// How long a client may take over the TLS handshake.
+/// How long a client may take over the TLS handshake (the handshake
+/// deadline of [`ConnectionLimits`] bounds it too).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Descriptors kept for everything but connections (workspaces, engine
+/// calls, journals, supervisor sockets) when the open files limit is what
+/// bounds the connections.
+const SPARE_FDS: u64 = 1024;
+
+/// How often an idle connection is pinged, and how long its answer may
+/// take: a peer that vanished without closing is dropped.
+const KEEPALIVE: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
 
 /// How long open connections may finish after shutdown begins.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -144,56 +195,6 @@ pub enum ServeError {
     /// The transport failed.
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
-}
-
-/// Longest request head the metrics endpoint reads.
-const METRICS_HEAD_BYTES: usize = 8 << 10;
-
-/// How long a metrics scrape may take to send its request.
-const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Serves `GET /metrics` (Prometheus's text format) on `listener` until the
-/// task is dropped; anything else is answered 404. Plain HTTP/1.1, one
-/// request per connection: the endpoint tells counts only (no session ids,
-/// paths or commands), and is off unless the operator listens for it.
-pub async fn serve_metrics(listener: TcpListener, registry: Arc<Registry>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            continue;
-        };
-        let registry = Arc::clone(&registry);
-        tokio::spawn(async move {
-            let mut head = Vec::with_capacity(1024);
-            let mut buf = [0u8; 1024];
-            let read = tokio::time::timeout(METRICS_READ_TIMEOUT, async {
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < METRICS_HEAD_BYTES
-                {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return false,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                true
-            })
-            .await;
-            if !matches!(read, Ok(true)) {
-                return;
-            }
-            let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-            let wanted = line.starts_with(b"GET /metrics ") || line.starts_with(b"GET /metrics?");
-            let (status, body) = match (wanted, registry.encode_metrics()) {
-                (true, Some(body)) => ("200 OK", body),
-                _ => ("404 Not Found", "not found\n".to_string()),
-            };
-            let reply = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(reply.as_bytes()).await;
-            let _ = conn.shutdown().await;
-        });
-    }
 }
 
 /// Serves on `listener` until `shutdown` resolves, then closes all sessions.
@@ -243,9 +244,12 @@ pub async fn serve(
         shutdown.await;
         let _ = fired_tx.send(());
     };
-    let mut builder = Server::builder().layer(tower::util::MapResponseLayer::new(
-        crate::error::describe_transport_refusal,
-    ));
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE.0))
+        .http2_keepalive_timeout(Some(KEEPALIVE.1))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::error::describe_transport_refusal,
+        ));
     if let Some(tls) = access.tls {
         builder = builder.tls_config(
             ServerTlsConfig::new()
@@ -253,28 +257,21 @@ pub async fn serve(
                 .timeout(TLS_HANDSHAKE_TIMEOUT),
         )?;
     }
+    let health_service = InterceptedService::new(health_service, VouchOnly(auth.clone()));
     let router = builder
         .add_service(health_service)
         .add_service(InterceptedService::new(reflection.build_v1()?, auth))
         .add_service(reflection_v1alpha)
         .add_service(sandbox);
     type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+    let gate = listener::Gate::new(fit_to_fd_limit(access.connections));
     let server: Serving = match listener.into() {
-        Listener::Tcp(listener) => {
-            // Small replies must not wait for Nagle's algorithm (a 40 ms
-            // stall against delayed ACKs on every call).
-            let incoming = TcpListenerStream::new(listener).map(|conn| {
-                conn.inspect(|c| {
-                    if let Err(e) = c.set_nodelay(true) {
-                        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-                    }
-                })
-            });
-            Box::pin(router.serve_with_incoming_shutdown(incoming, shutdown))
+        Listener::Tcp(l) => {
+            Box::pin(router.serve_with_incoming_shutdown(listener::incoming(l, gate), shutdown))
         }
-        Listener::Unix(listener) => Box::pin(
-            router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown),
-        ),
+        Listener::Unix(l) => {
+            Box::pin(router.serve_with_incoming_shutdown(listener::incoming(l, gate), shutdown))
+        }
     };
     let grace_over = async move {
         if fired_rx.await.is_ok() {
@@ -293,4 +290,26 @@ pub async fn serve(
     reaper.abort();
     registry.close_all().await;
     Ok(result?)
+}
+
+/// `limits`, with fewer connections if the open files limit could not
+/// hold them and what the service needs besides.
+fn fit_to_fd_limit(limits: ConnectionLimits) -> ConnectionLimits {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let Some(room) = soft.map(|s| s.saturating_sub(SPARE_FDS).max(16)) else {
+        return limits;
+    };
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
+    if limits.max <= room {
+        return limits;
+    }
+    tracing::warn!(
+        asked = limits.max,
+        allowed = room,
+        "the open files limit holds fewer connections than asked; raise it (ulimit -n) or lower --max-connections"
+    );
+    ConnectionLimits {
+        max: room,
+        ..limits
+    }
 }

@@ -260,6 +260,27 @@ pub struct ServeArgs {
     #[arg(long, env = "SANDBOXD_MAX_BUILDS", default_value_t = defaults::MAX_RUNNING_BUILDS,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_builds: u64,
+    /// Connections open at once; past it, a new connection takes the place
+    /// of the oldest one no valid token has vouched for yet.
+    #[arg(long, env = "SANDBOXD_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+    /// Seconds a connection has to make a call with a valid token (TLS and
+    /// HTTP/2 handshakes included) before it is closed.
+    #[arg(long, env = "SANDBOXD_HANDSHAKE_TIMEOUT", default_value_t = defaults::HANDSHAKE_SECS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    handshake_timeout: u64,
+    /// Connections one session's token keeps open at once.
+    #[arg(long, env = "SANDBOXD_SESSION_CONNECTIONS", default_value_t = defaults::SESSION_CONNECTIONS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    session_connections: u64,
+    /// Bytes per second an upload or download must keep up (counted over
+    /// the time it waits for its caller); 0 turns the bound off.
+    #[arg(long, env = "SANDBOXD_TRANSFER_MIN_RATE", default_value_t = defaults::TRANSFER_MIN_RATE)]
+    transfer_min_rate: u64,
+    /// Seconds a transfer may fall behind --transfer-min-rate.
+    #[arg(long, env = "SANDBOXD_TRANSFER_GRACE", default_value_t = defaults::TRANSFER_GRACE_SECS)]
+    transfer_grace: u64,
     /// Turn the slip guard off (it prevents slips, not attacks).
     #[arg(long, env = "SANDBOXD_NO_GUARD")]
     no_guard: bool,
@@ -363,6 +384,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.builds.max_timeout = Duration::from_secs(args.max_build_timeout);
     config.builds.max_context_bytes = args.max_build_context_bytes;
     config.builds.max_running = usize::try_from(args.max_builds).unwrap_or(usize::MAX);
+    config.archives.min_rate = sandboxd::session::MinRate {
+        bytes_per_sec: args.transfer_min_rate,
+        grace: Duration::from_secs(args.transfer_grace),
+    };
     if let Some(path) = &args.build_ca_cert {
         let pem = std::fs::read(path)
             .map_err(|e| format!("cannot read the build CA {}: {e}", path.display()))?;
@@ -515,10 +540,18 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     if build_token.is_some() && build_token == token {
         return Err("the build token must differ from the token every call carries".into());
     }
+    // Connections run out at --max-connections, not at a low soft limit.
+    let fds = sandboxd::server::raise_fd_limit();
+    tracing::debug!(open_files_limit = ?fds, "open files limit");
     let access = sandboxd::server::Access {
         token,
         build_token,
         tls,
+        connections: sandboxd::server::ConnectionLimits {
+            max: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            handshake: Duration::from_secs(args.handshake_timeout),
+            per_session: usize::try_from(args.session_connections).unwrap_or(usize::MAX),
+        },
     };
     let served = sandboxd::server::serve(
         listener,

@@ -106,6 +106,14 @@ pub const TRANSFER_GRACE_SECS: u64 = 30;
 pub const UPLOADS: usize = 4;
 /// Downloads that run at once over the whole service.
 pub const DOWNLOADS: usize = 4;
+/// Connections open at once on the service's listener.
+pub const MAX_CONNECTIONS: u64 = 1024;
+/// Seconds a connection has to make a call with a valid token (after its
+/// TLS and HTTP/2 handshakes) before it is closed.
+pub const HANDSHAKE_SECS: u64 = 10;
+/// Connections one session's token keeps open at once (past them, its
+/// further connections are closed at the handshake deadline).
+pub const SESSION_CONNECTIONS: u64 = 16;
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

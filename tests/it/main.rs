@@ -15,6 +15,7 @@ mod checkpoints;
 mod cli_terminal;
 mod commands;
 mod confinement;
+mod connections;
 mod crash_landing;
 mod deep_tree;
 mod edit_cost;

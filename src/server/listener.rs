@@ -1,0 +1,485 @@
+//! Who may hold a connection, and for how long: the accept loop of every
+//! listener (gRPC over TCP or a Unix socket, and the metrics endpoint).
+//!
+//! Any local user can connect to a loopback port, token or no token, so
+//! connections are a resource a stranger could hold. A [`Gate`] bounds
+//! them:
+//! - at most `max` connections are open; past it, a new one takes the
+//!   place of the oldest connection nobody has vouched for yet, or, when
+//!   every open connection is vouched for, is closed at once;
+//! - a connection must be vouched for within the handshake deadline (the
+//!   TLS and HTTP/2 handshakes and a first call carrying a valid token all
+//!   fit in it), or it is closed; a stranger's idle or slow-loris
+//!   connection lives that long at most;
+//! - one session's token vouches for a few connections only, so a session
+//!   cannot fill the table with vouched ones; the operator's token has no
+//!   such bound.
+//!
+//! The accept loop backs off when accepting fails for want of descriptors
+//! or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): retried at once, such an
+//! error comes back at once, and the loop would spin.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::mpsc;
+use tonic::transport::server::Connected;
+
+use crate::session::defaults;
+
+/// The bounds of one listener's connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once.
+    pub max: usize,
+    /// Time a connection has to be vouched for (handshakes and a first
+    /// call carrying a valid token).
+    pub handshake: Duration,
+    /// Connections one session's token vouches for at once.
+    pub per_session: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max: usize::try_from(defaults::MAX_CONNECTIONS).unwrap_or(usize::MAX),
+            handshake: Duration::from_secs(defaults::HANDSHAKE_SECS),
+            per_session: usize::try_from(defaults::SESSION_CONNECTIONS).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// Keeps the count of one listener's connections (see the module's notes).
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<Shared>);
+
+#[derive(Debug)]
+struct Shared {
+    limits: ConnectionLimits,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: usize,
+    next: u64,
+    /// Connections not vouched for yet, oldest first.
+    unvouched: BTreeMap<u64, Arc<Ticket>>,
+    /// Vouched connections per session.
+    sessions: HashMap<String, usize>,
+}
+
+/// One connection's standing, shared by its stream and its calls.
+#[derive(Debug)]
+struct Ticket {
+    id: u64,
+    vouched: AtomicBool,
+    /// Set when the gate closes the connection; the waker wakes its task.
+    closed: AtomicBool,
+    waker: AtomicWaker,
+    owner: Mutex<Option<String>>,
+}
+
+impl Ticket {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+impl Gate {
+    /// A gate with `limits` (a `max` of 0 is taken as 1).
+    pub fn new(limits: ConnectionLimits) -> Gate {
+        Gate(Arc::new(Shared {
+            limits: ConnectionLimits {
+                max: limits.max.max(1),
+                ..limits
+            },
+            state: Mutex::default(),
+        }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connections open now.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        self.state().open
+    }
+
+    /// Takes `io` in, or refuses it (`None`: drop it, which closes it).
+    pub fn admit<IO>(&self, io: IO) -> Option<Guarded<IO>> {
+        let mut state = self.state();
+        if state.open >= self.0.limits.max {
+            let (_, oldest) = state.unvouched.pop_first()?;
+            // Counted until its stream is dropped, which its task does at
+            // once: the table overshoots by the connections closing now.
+            oldest.close();
+        }
+        state.open += 1;
+        state.next += 1;
+        let ticket = Arc::new(Ticket {
+            id: state.next,
+            vouched: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            waker: AtomicWaker::new(),
+            owner: Mutex::new(None),
+        });
+        state.unvouched.insert(ticket.id, Arc::clone(&ticket));
+        drop(state);
+        Some(Guarded {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(self.0.limits.handshake))),
+            admission: Admission {
+                ticket,
+                gate: self.clone(),
+            },
+        })
+    }
+}
+
+/// A connection's standing, as its calls see it: tonic puts it in every
+/// request's extensions (it is the stream's connect info).
+#[derive(Debug, Clone)]
+pub struct Admission {
+    ticket: Arc<Ticket>,
+    gate: Gate,
+}
+
+impl Admission {
+    /// Vouches for the connection: it is no longer closed at the handshake
+    /// deadline or for a newcomer. `session` is the session whose token
+    /// vouches (`None`: the operator, or a transport that vouches). A
+    /// session already vouching for its share of connections does not
+    /// vouch for another: that one stays a stranger's, and is closed at
+    /// the deadline. Returns whether the connection is vouched for.
+    pub fn vouch(&self, session: Option<&str>) -> bool {
+        if self.ticket.vouched.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut state = self.gate.state();
+        if let Some(s) = session
+            && state.sessions.get(s).copied().unwrap_or(0) >= self.gate.0.limits.per_session
+        {
+            return false;
+        }
+        if state.unvouched.remove(&self.ticket.id).is_none() {
+            // Closed by the gate meanwhile.
+            return false;
+        }
+        if let Some(s) = session {
+            *state.sessions.entry(s.to_string()).or_default() += 1;
+            *self.ticket.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.to_string());
+        }
+        self.ticket.vouched.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether the connection has been vouched for.
+    pub fn vouched(&self) -> bool {
+        self.ticket.vouched.load(Ordering::Acquire)
+    }
+}
+
+/// A connection the gate admitted: reads and writes fail once the gate
+/// closes it, or once its handshake deadline passes unvouched; dropping it
+/// gives its place back.
+#[derive(Debug)]
+pub struct Guarded<IO> {
+    io: IO,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    admission: Admission,
+}
+
+impl<IO> Guarded<IO> {
+    /// The connection's standing.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Fails when the connection must close now; otherwise makes sure the
+    /// task is woken when it must (the gate's waker, the deadline's timer).
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let ticket = &self.admission.ticket;
+        ticket.waker.register(cx.waker());
+        if ticket.closed.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "closed for a newer connection: too many connections open",
+            ));
+        }
+        if ticket.vouched.load(Ordering::Acquire) {
+            self.deadline = None;
+            return Ok(());
+        }
+        if let Some(deadline) = &mut self.deadline
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no call with a valid token came within the handshake deadline",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<IO> Drop for Guarded<IO> {
+    fn drop(&mut self) {
+        let ticket = &self.admission.ticket;
+        let mut state = self.admission.gate.state();
+        state.open = state.open.saturating_sub(1);
+        state.unvouched.remove(&ticket.id);
+        let owner = ticket
+            .owner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(owner) = owner
+            && let Some(n) = state.sessions.get_mut(&owner)
+        {
+            *n -= 1;
+            if *n == 0 {
+                state.sessions.remove(&owner);
+            }
+        }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.check(cx)?;
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.check(cx)?;
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.check(cx)?;
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+impl<IO> Connected for Guarded<IO> {
+    type ConnectInfo = Admission;
+
+    fn connect_info(&self) -> Admission {
+        self.admission.clone()
+    }
+}
+
+/// A listener the accept loop can take connections from.
+pub trait Accept: Send + 'static {
+    /// A connection.
+    type Io: Send + 'static;
+    /// The next connection.
+    fn accept(&self) -> impl Future<Output = io::Result<Self::Io>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+
+    async fn accept(&self) -> io::Result<tokio::net::TcpStream> {
+        let (conn, _) = tokio::net::TcpListener::accept(self).await?;
+        // Small replies must not wait for Nagle's algorithm (a 40 ms
+        // stall against delayed ACKs on every call).
+        if let Err(e) = conn.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        Ok(conn)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+
+    async fn accept(&self) -> io::Result<tokio::net::UnixStream> {
+        let (conn, _) = tokio::net::UnixListener::accept(self).await?;
+        Ok(conn)
+    }
+}
+
+/// First and longest pause after a failed accept.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
+
+/// The connections `gate` admits from `listener`, as a stream; the accept
+/// loop stops when the stream is dropped.
+pub fn incoming<L: Accept>(listener: L, gate: Gate) -> Incoming<L::Io> {
+    let (tx, rx) = mpsc::channel(16);
+    let task = tokio::spawn(async move {
+        let mut pause = BACKOFF.0;
+        loop {
+            match listener.accept().await {
+                Ok(io) => {
+                    pause = BACKOFF.0;
+                    if let Some(conn) = gate.admit(io)
+                        && tx.send(conn).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                // The peer left before it was accepted: nothing is short.
+                Err(e) if per_connection(&e) => {}
+                Err(e) => {
+                    if pause == BACKOFF.0 {
+                        tracing::warn!(error = %e, "accepting a connection failed; pausing the listener");
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(BACKOFF.1);
+                }
+            }
+        }
+    });
+    Incoming { rx, task }
+}
+
+/// Whether an accept error concerns that one connection only.
+fn per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+/// The admitted connections of one listener.
+#[derive(Debug)]
+pub struct Incoming<IO> {
+    rx: mpsc::Receiver<Guarded<IO>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<IO> Incoming<IO> {
+    /// The next admitted connection; `None` once the loop has stopped.
+    pub async fn next(&mut self) -> Option<Guarded<IO>> {
+        self.rx.recv().await
+    }
+}
+
+impl<IO> Drop for Incoming<IO> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl<IO> futures_util::Stream for Incoming<IO> {
+    type Item = io::Result<Guarded<IO>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx).map(|c| c.map(Ok))
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit, so
+/// that connections run out at the gate's bound, not at a low default
+/// soft limit. Returns the soft limit now in force (`None`: unknown).
+pub fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if let (Some(soft), Some(hard)) = (limit.current, limit.maximum)
+        && soft < hard
+    {
+        limit.current = Some(hard);
+        if let Err(e) = setrlimit(Resource::Nofile, limit.clone()) {
+            tracing::debug!(error = %e, "cannot raise the open files limit");
+            return Some(soft);
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(max: usize, per_session: usize) -> Gate {
+        Gate::new(ConnectionLimits {
+            max,
+            handshake: Duration::from_secs(3600),
+            per_session,
+        })
+    }
+
+    #[test]
+    fn a_newcomer_takes_the_place_of_the_oldest_stranger() {
+        let g = gate(2, 4);
+        let a = g.admit(()).unwrap();
+        let b = g.admit(()).unwrap();
+        assert!(b.admission().vouch(None));
+        let c = g.admit(()).unwrap();
+        assert!(
+            a.admission.ticket.closed.load(Ordering::Acquire),
+            "the oldest stranger goes"
+        );
+        assert!(!b.admission.ticket.closed.load(Ordering::Acquire));
+        drop(a);
+        assert_eq!(g.open(), 2);
+        // Every open one vouched for: a newcomer is refused.
+        assert!(c.admission().vouch(None));
+        assert!(g.admit(()).is_none());
+        drop((b, c));
+        assert_eq!(g.open(), 0);
+    }
+
+    #[test]
+    fn a_session_vouches_for_its_share_only() {
+        let g = gate(10, 2);
+        let conns: Vec<_> = (0..3).map(|_| g.admit(()).unwrap()).collect();
+        assert!(conns[0].admission().vouch(Some("s")));
+        assert!(conns[1].admission().vouch(Some("s")));
+        assert!(!conns[2].admission().vouch(Some("s")), "past its share");
+        assert!(conns[2].admission().vouch(Some("t")), "another session");
+        let mut conns = conns;
+        drop(conns.remove(0));
+        let next = g.admit(()).unwrap();
+        assert!(next.admission().vouch(Some("s")), "the share came back");
+    }
+
+    #[test]
+    fn the_soft_limit_is_raised_to_the_hard_one() {
+        let now = raise_fd_limit().expect("a limit");
+        let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+        assert_eq!(Some(now), hard.or(Some(now)));
+    }
+}
