@@ -72,7 +72,7 @@ impl Environments {
             args: self.config.proxy.clone(),
         };
         tracing::info!(environment = %name, image = %image, "building an environment");
-        let mut stream = self.runtime.build_image(spec).await?;
+        let mut stream = self.runtime.build_image(spec).await.map_err(not_started)?;
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut step = StepCount::new(&packed.injected, &packed.shown_as, hidden_steps);
         let mut tail: VecDeque<String> = VecDeque::new();
@@ -195,7 +195,7 @@ impl Environments {
                     labels: BTreeMap::from([(CA_LAYER_LABEL.to_string(), base.clone())]),
                     args: BTreeMap::new(),
                 };
-                let mut stream = self.runtime.build_image(spec).await?;
+                let mut stream = self.runtime.build_image(spec).await.map_err(not_started)?;
                 let mut lines = Vec::new();
                 let mut tick = tokio::time::interval(Duration::from_millis(500));
                 loop {
@@ -272,6 +272,21 @@ pub(super) struct Job {
     pub(super) base_ids: Vec<(String, String)>,
     pub(super) timeout: Duration,
     pub(super) progress: broadcast::Sender<Progress>,
+}
+
+/// A build the runtime would not start (e.g. where its steps could reach
+/// the host): a build failed before its first step, in the runtime's
+/// words; the engine's other failures stay the engine's.
+fn not_started(e: crate::sandbox::Error) -> Error {
+    match e {
+        crate::sandbox::Error::BuildImage { why, .. } => Error::BuildFailed {
+            step: String::new(),
+            instruction: String::new(),
+            message: why,
+            tail: Vec::new(),
+        },
+        other => other.into(),
+    }
 }
 
 /// The engine's own lines about a step, not the step's output.
