@@ -10,6 +10,7 @@ mod common;
 mod apply_patch;
 mod archives;
 mod auth;
+mod change_names;
 mod checkouts;
 mod checkpoints;
 mod cli_terminal;

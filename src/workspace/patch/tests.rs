@@ -160,6 +160,7 @@ fn twelve_thousand_hunks_far_from_where_they_say_pass_the_search_budget_quickly(
     let t = std::time::Instant::now();
     let err = apply(&file, &files[0].hunks).unwrap_err();
     let took = t.elapsed();
+    eprintln!("12,000 far hunks: refused at hunk {} in {took:?}", err.hunk);
     assert_eq!(
         err.why,
         Mismatch::SearchBudget {

@@ -147,8 +147,18 @@ fn hostile() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             INVALID,
         ),
         (
-            "5,000-character path",
+            "5,000-character long name: past the record's bound, unread",
             archive(|o| long(o, "d/".repeat(2500).as_bytes(), b"x")),
+            "ARCHIVE_HEADER_TOO_LARGE",
+        ),
+        (
+            "5,000-character PAX path",
+            archive(|o| {
+                let path = "d/".repeat(2500);
+                let record = format!("{} path={path}\n", path.len() + 11);
+                raw(o, b"././@PaxHeader", XHeader, record.as_bytes(), b"");
+                raw(o, b"placeholder", Regular, b"x", b"");
+            }),
             INVALID,
         ),
         (
