@@ -798,7 +798,8 @@ fn history_status(err: &history::Error) -> Described {
             reason::CHECKPOINT_MEMORY_FULL,
             format!(
                 "The session's checkpoints would take {bytes} bytes of the service's memory (their \
-                 listings of every path), over the {limit} a session may. {UNCHANGED} Delete \
+                 listings of every path, the session's starting point's included), over the {limit} \
+                 a session may. {UNCHANGED} Delete \
                  checkpoints that are no longer needed, or remove files the workspace does not need."
             ),
             &[("limit", limit.to_string())],

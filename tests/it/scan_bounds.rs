@@ -73,6 +73,7 @@ async fn a_sparse_terabyte_file_is_listed_by_its_size_in_bounded_time() {
     .unwrap()
     .into_inner();
     let (cpu, wall) = (busiest_since(&cpu), t.elapsed());
+    eprintln!("GetChanges over 1 TiB + 32 GiB sparse files: {wall:?}, busiest thread {cpu} s CPU");
     assert!(cpu < 5.0, "a thread spent {cpu} s of CPU on GetChanges");
     assert!(wall < Duration::from_secs(10), "{wall:?}");
     let big = got
@@ -143,7 +144,10 @@ async fn a_client_that_gives_up_mid_scan_stops_the_cpu_work() {
     let before = thread_cpu();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let busiest = busiest_since(&before);
-    assert!(busiest < 1.5, "a thread spent {busiest} s of CPU after the client left");
+    assert!(
+        busiest < 1.5,
+        "a thread spent {busiest} s of CPU after the client left"
+    );
     // Nor does the scan hold the history: with the files gone, the next
     // GetChanges answers at once.
     for i in 0..3 {
@@ -332,5 +336,87 @@ async fn a_picture_past_its_memory_bound_is_refused_naming_that_bound() {
         })
         .await
         .unwrap();
+    server.stop().await;
+}
+
+/// This process's resident memory now, in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+#[tokio::test]
+async fn a_scan_of_200k_long_paths_stays_within_its_memory_bound() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::with_docker().await;
+    let (id, _ws) = server.session().await;
+    let made = run(&server.client, &id, &long_paths(200_000), 300_000).await;
+    assert_eq!(made.exit.exit_code, 0, "{}", made.stderr());
+    let before = rss();
+    // Sampled while the scan runs: the process's peak is of no use, other
+    // tests of this process having set it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            for _ in 0..60_000 {
+                peak = peak.max(rss());
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    let t = Instant::now();
+    let refused = assert_refused(
+        server.client.clone().get_changes(changes_req(&id)),
+        "TREE_TOO_LARGE",
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let grew = sampler.join().unwrap().saturating_sub(before);
+    eprintln!(
+        "scan of 200,000 paths of ~3,800 bytes: refused in {:?}, peak RSS grew {} MiB",
+        t.elapsed(),
+        grew >> 20
+    );
+    assert!(
+        refused.message().contains("memory"),
+        "{}",
+        refused.message()
+    );
+    // The picture's bound is 64 MiB: a generous margin for the allocator
+    // and the rest of the process.
+    assert!(grew < 256 << 20, "peak RSS grew {grew} bytes");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn checkpoints_past_their_memory_share_are_refused_as_such_not_as_too_many() {
+    let server = TestServer::start_with(|c| c.history.max_memory = 200_000).await;
+    let (id, ws) = server.session().await;
+    // About 90 KB a picture: the baseline and one checkpoint fit, a second
+    // does not.
+    let long = "n".repeat(200);
+    for i in 0..300 {
+        std::fs::write(ws.join(format!("{long}{i:03}")), "x").unwrap();
+    }
+    let req = || pb::CreateCheckpointRequest {
+        session_id: id.clone(),
+        label: String::new(),
+    };
+    let mut client = server.client.clone();
+    client.create_checkpoint(req()).await.unwrap();
+    let refused = assert_refused(client.create_checkpoint(req()), "CHECKPOINT_MEMORY_FULL").await;
+    assert!(
+        refused.message().contains("200000"),
+        "{}",
+        refused.message()
+    );
     server.stop().await;
 }
