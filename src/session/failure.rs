@@ -985,23 +985,6 @@ fn upload_status(err: &archive::Error) -> Described {
     }
 }
 
-fn download_status(err: &archive::DownloadError) -> Described {
-    use archive::DownloadError as D;
-    match err {
-        D::Path(e) => workspace_status(e),
-        D::TooLarge { limit } => status(
-            Code::ResourceExhausted,
-            reason::DOWNLOAD_TOO_LARGE,
-            format!(
-                "The files to download hold more than {limit} bytes; the stream so far is not a \
-                 whole archive. Download a smaller directory, use gitignore to leave out build \
-                 output, or ask for a larger max_bytes (up to the ceiling)."
-            ),
-            &[("limit", limit.to_string())],
-        ),
-        D::Read { path, source } => status(
-            Code::Internal,
-            reason::IO_ERROR,
 /// A transfer stopped because its caller fell behind the minimum pace.
 fn too_slow(slow: &super::slots::TooSlow, what: &str, none: &str) -> Described {
     status(
@@ -1019,6 +1002,23 @@ fn too_slow(slow: &super::slots::TooSlow, what: &str, none: &str) -> Described {
     )
 }
 
+fn download_status(err: &archive::DownloadError) -> Described {
+    use archive::DownloadError as D;
+    match err {
+        D::Path(e) => workspace_status(e),
+        D::TooLarge { limit } => status(
+            Code::ResourceExhausted,
+            reason::DOWNLOAD_TOO_LARGE,
+            format!(
+                "The files to download hold more than {limit} bytes; the stream so far is not a \
+                 whole archive. Download a smaller directory, use gitignore to leave out build \
+                 output, or ask for a larger max_bytes (up to the ceiling)."
+            ),
+            &[("limit", limit.to_string())],
+        ),
+        D::Read { path, source } => status(
+            Code::Internal,
+            reason::IO_ERROR,
             format!(
                 "Could not read {path}: {source}. The stream so far is not a whole archive. Retry."
             ),
