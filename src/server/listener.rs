@@ -441,8 +441,8 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_newcomer_takes_the_place_of_the_oldest_stranger() {
+    #[tokio::test]
+    async fn a_newcomer_takes_the_place_of_the_oldest_stranger() {
         let g = gate(2, 4);
         let a = g.admit(()).unwrap();
         let b = g.admit(()).unwrap();
@@ -462,8 +462,8 @@ mod tests {
         assert_eq!(g.open(), 0);
     }
 
-    #[test]
-    fn a_session_vouches_for_its_share_only() {
+    #[tokio::test]
+    async fn a_session_vouches_for_its_share_only() {
         let g = gate(10, 2);
         let conns: Vec<_> = (0..3).map(|_| g.admit(()).unwrap()).collect();
         assert!(conns[0].admission().vouch(Some("s")));
@@ -474,6 +474,30 @@ mod tests {
         drop(conns.remove(0));
         let next = g.admit(()).unwrap();
         assert!(next.admission().vouch(Some("s")), "the share came back");
+    }
+
+    /// A listener whose every accept fails for want of descriptors.
+    struct OutOfFds(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Accept for OutOfFds {
+        type Io = ();
+
+        async fn accept(&self) -> io::Result<()> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Err(io::Error::from_raw_os_error(libc::EMFILE))
+        }
+    }
+
+    #[tokio::test]
+    async fn accept_backs_off_when_descriptors_run_out() {
+        let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let conns = incoming(OutOfFds(Arc::clone(&tries)), gate(4, 4));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        drop(conns);
+        // 5, 10, 20 ... ms pauses: about 8 tries in 700 ms, where a loop
+        // retrying at once makes millions.
+        let n = tries.load(Ordering::Relaxed);
+        assert!((2..=20).contains(&n), "{n} accepts in 700 ms");
     }
 
     #[test]
