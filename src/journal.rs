@@ -226,8 +226,10 @@ struct Sink {
     /// Bytes and lines in the current file.
     bytes: u64,
     lines: u64,
-    /// Lines in the file before it (`.1`).
+    /// Lines and bytes in the file before it (`.1`), counted as they were
+    /// written (or read back at a restart): a rotation never reads a file.
     previous_lines: u64,
+    previous_bytes: u64,
     /// Lines and bytes dropped by rotation so far.
     dropped_lines: u64,
     dropped_bytes: u64,
@@ -311,16 +313,11 @@ impl Sink {
 
     fn rotate(&mut self, session: &str) -> io::Result<()> {
         let dir = &self.files.dir;
-        let previous = previous_name(session);
-        let dropped_bytes = dir
-            .read(&previous)
-            .ok()
-            .flatten()
-            .map_or(0, |b| b.len() as u64);
-        dir.rename(&file_name(session), &previous)?;
+        dir.rename(&file_name(session), &previous_name(session))?;
         self.dropped_lines += self.previous_lines;
-        self.dropped_bytes += dropped_bytes;
+        self.dropped_bytes += self.previous_bytes;
         self.previous_lines = self.lines;
+        self.previous_bytes = self.bytes;
         self.file = dir.create_private(&file_name(session))?;
         self.bytes = 0;
         self.lines = 0;
@@ -377,6 +374,7 @@ impl Journal {
                 bytes: 0,
                 lines: 0,
                 previous_lines: 0,
+                previous_bytes: 0,
                 dropped_lines: 0,
                 dropped_bytes: 0,
             })),
@@ -458,6 +456,7 @@ impl Journal {
             bytes,
             lines,
             previous_lines,
+            previous_bytes: previous.len() as u64,
             dropped_lines,
             dropped_bytes,
         };

@@ -286,3 +286,78 @@ fn journal_files_stay_under_their_ceiling_and_count_what_they_dropped() {
     Journal::remove_files("b", &dir);
     assert_eq!(size("b.jsonl") + size("b.jsonl.1"), 0);
 }
+
+/// A rotation never reads a file: the previous file's lines and bytes are
+/// counted as they were written. Here the previous file is swapped for a
+/// sparse 8 GiB one (reading it would take the service's memory and many
+/// seconds); the next rotation still takes no time worth noticing, another
+/// writer of the same journal is not held up, and the counts say what the
+/// journal wrote, not what the file grew to.
+#[test]
+fn rotation_reads_no_file_and_holds_other_writers_up_briefly() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = files(&base, 256 << 10);
+    let path = dir.dir.path().to_path_buf();
+    let j = Journal::new("r", Some(&dir)).unwrap();
+    let message = "m".repeat(500);
+    let refuse = |j: &Journal, i: u64| {
+        j.refused(
+            "EditFile",
+            &format!("f{i}"),
+            Instant::now(),
+            "POLICY_DENIED",
+            message.clone(),
+        )
+    };
+    let mut i = 0;
+    while !path.join("r.jsonl.1").exists() {
+        refuse(&j, i);
+        i += 1;
+        assert!(i < 100_000, "the journal never rotated");
+    }
+    let first = std::fs::read_to_string(path.join("r.jsonl.1")).unwrap();
+    let (lines, bytes) = (first.lines().count() as u64, first.len() as u64);
+    let sparse = 8u64 << 30;
+    std::fs::File::options()
+        .write(true)
+        .open(path.join("r.jsonl.1"))
+        .unwrap()
+        .set_len(sparse)
+        .unwrap();
+    let rotated = || std::fs::metadata(path.join("r.jsonl.1")).map_or(0, |m| m.len()) != sparse;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (slowest, took) = std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            let mut slowest = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let t = Instant::now();
+                j.ok("ReadFile", "x", Instant::now(), String::new());
+                slowest = slowest.max(t.elapsed());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            slowest
+        });
+        let started = Instant::now();
+        let mut n = 0;
+        while !rotated() {
+            refuse(&j, i + n);
+            n += 1;
+            assert!(n < 100_000, "the journal never rotated again");
+        }
+        let took = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        (other.join().unwrap(), took)
+    });
+    assert!(took < Duration::from_secs(5), "rotating took {took:?}");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "another writer waited {slowest:?}"
+    );
+    // What went is what the journal had written there.
+    assert_eq!(j.report(None, None).file_lines_dropped, lines);
+    let current = std::fs::read_to_string(path.join("r.jsonl")).unwrap();
+    let head: serde_json::Value = serde_json::from_str(current.lines().next().unwrap()).unwrap();
+    assert_eq!(head["rotated"]["dropped_lines"].as_u64(), Some(lines));
+    assert_eq!(head["rotated"]["dropped_bytes"].as_u64(), Some(bytes));
+    Journal::remove_files("r", &dir);
+}
