@@ -245,7 +245,10 @@ impl Environments {
         let mut base_ids = Vec::new();
         for base in &recipe.bases {
             match self.runtime.image_info(base).await? {
-                Some(info) => base_ids.push((base.clone(), info.id)),
+                Some(info) => {
+                    recipe::check_triggers(base, &info.onbuild)?;
+                    base_ids.push((base.clone(), info.id));
+                }
                 None => {
                     return Err(Error::BaseMissing {
                         image: base.clone(),

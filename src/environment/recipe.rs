@@ -436,6 +436,14 @@ fn read_context(context: &[u8]) -> Result<Vec<Entry>, Error> {
     Ok(entries)
 }
 
+/// Checks the `ONBUILD` triggers of base image `base`: they run in the
+/// build, and get the checks of the recipe's own instructions.
+pub fn check_triggers(base: &str, triggers: &[String]) -> Result<(), Error> {
+    triggers
+        .iter()
+        .try_for_each(|t| dockerfile::check_trigger(base, t))
+}
+
 /// Checks an image reference's characters (it goes into a Dockerfile).
 fn check_reference(image: &str) -> Result<(), Error> {
     let ok = !image.is_empty()

@@ -64,6 +64,9 @@ pub struct ImageInfo {
     pub created: u64,
     /// Bytes on disk.
     pub size: u64,
+    /// Its `ONBUILD` triggers, instructions that run in any build FROM it
+    /// (read by `image_info`; a listing leaves them empty).
+    pub onbuild: Vec<String>,
 }
 
 /// Splits the classic builder's stream text into messages: `Step n/m :

@@ -690,6 +690,11 @@ impl Runtime for DockerRuntime {
             Ok(i) => Ok(Some(ImageInfo {
                 id: i.id.unwrap_or_default(),
                 tags: i.repo_tags.unwrap_or_default(),
+                onbuild: i
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.on_build.clone())
+                    .unwrap_or_default(),
                 labels: i
                     .config
                     .and_then(|c| c.labels)
@@ -726,6 +731,7 @@ impl Runtime for DockerRuntime {
                 labels: i.labels.into_iter().collect(),
                 created: u64::try_from(i.created).unwrap_or(0),
                 size: u64::try_from(i.size).unwrap_or(0),
+                onbuild: Vec::new(),
             })
             .collect())
     }

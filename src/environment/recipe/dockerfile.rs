@@ -5,9 +5,9 @@
 //!
 //! The engine fetches an `ADD` URL itself, from its own network namespace,
 //! which is the host's: there, every service of the host's loopback
-//! answers. So no source of `ADD` or `COPY` may be remote, and a source
-//! the engine would rewrite before reading (a variable, quotes, an escape)
-//! is refused, since what it becomes is not known here. Images named by
+//! answers. So no source of `ADD` or `COPY` may be remote, and an `ADD`
+//! source the engine would rewrite before reading (a variable, quotes, an
+//! escape) is refused, since what it becomes is not known here. Images named by
 //! `COPY --from` (and `RUN --mount=from=`) are found like bases: local ones
 //! only, their ids part of the recipe's key. Anything this reader might
 //! read differently from the engine is refused rather than guessed at.
@@ -38,6 +38,23 @@ pub(super) struct Read {
     /// Images (not stages) that `COPY --from` or `RUN --mount=from=` read
     /// files from, in order of appearance, each once.
     pub(super) images: Vec<String>,
+}
+
+/// Checks an `ONBUILD` trigger of base image `base` (`text` as the engine
+/// keeps it, e.g. `ADD http://x /y`): it runs in a build FROM that image,
+/// so it gets the checks of the recipe's own instructions.
+pub(super) fn check_trigger(base: &str, text: &str) -> Result<(), Error> {
+    let mut images = Vec::new();
+    split_line(text, 0)
+        .and_then(|s| check_step(&s, '\\', None, &mut images, 0))
+        .map_err(|e| match e {
+            Error::InvalidRecipe(why) => Error::InvalidRecipe(format!(
+                "base image {base} has the ONBUILD trigger `{text}`, which would run in this \
+                 build: {}",
+                why.trim_start_matches("line 0: ")
+            )),
+            other => other,
+        })
 }
 
 /// One instruction, its continuation lines joined as the engine joins them.
@@ -563,6 +580,11 @@ fn check_source(source: &str, what: &str, escape: char, at: usize) -> Result<(),
              sha256sum -c"
         )));
     }
+    // The engine refuses a URL in COPY whatever it expands to: only what
+    // ADD expands needs to be known here.
+    if what != "ADD" {
+        return Ok(());
+    }
     if source.contains('$') {
         return Err(Error::InvalidRecipe(format!(
             "line {at}: {what} {source}: write the source itself; variables and build \
@@ -715,6 +737,9 @@ mod tests {
             ));
         }
         refused("FROM a\nADD [\"$URL\", \"/s\"]\n");
+        // COPY never fetches (the engine refuses a URL there, expanded or
+        // not): its variables are left to the engine.
+        read("FROM a\nARG APP=x\nCOPY ${APP}/ \"/app\" /opt/\n").unwrap();
         refused("FROM a\nADD [\"h\\u0074tp://127.0.0.1/\", \"/s\"]\n");
         refused("FROM a\nADD [1, \"/s\"]\n");
         // Local sources, and a destination with a variable, are fine.
@@ -724,6 +749,30 @@ mod tests {
         )
         .unwrap();
         assert!(ok.images.is_empty());
+    }
+
+    #[test]
+    fn a_bases_triggers_get_the_same_checks() {
+        check_trigger("b", "RUN make").unwrap();
+        check_trigger("b", "COPY . /app").unwrap();
+        for bad in [
+            "ADD http://127.0.0.1:9/s /s",
+            "add [\"http://[::1]/s\", \"/s\"]",
+            "COPY --from=other /x /x",
+            "RUN --network=host true",
+            "ADD $U /s",
+        ] {
+            match check_trigger("b", bad) {
+                Err(Error::InvalidRecipe(why)) => {
+                    assert!(
+                        why.starts_with("base image b has the ONBUILD trigger"),
+                        "{why}"
+                    );
+                    assert!(!why.contains("line 0"), "{why}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

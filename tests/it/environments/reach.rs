@@ -317,3 +317,48 @@ async fn copy_from_an_image_is_a_base_whose_id_is_in_the_key() {
     delete(&srv, &source).await.unwrap();
     srv.stop().await;
 }
+
+/// A base image's own `ONBUILD` triggers run in a build FROM it: one that
+/// would fetch from this host is refused like the recipe's own `ADD`, and
+/// nothing is fetched.
+#[tokio::test]
+async fn a_bases_onbuild_triggers_are_checked_like_the_recipe() {
+    let srv = builder_server(|_| {}).await;
+    let secret = Secret::serve("127.0.0.1:0", "loopback-only-secret");
+    let name = unique("trigger");
+    let _cleanup = Cleanup(vec![name.clone()]);
+    // An image made outside sandboxd, carrying the trigger (the engine
+    // only stores it: triggers run in the builds of its children).
+    let base = format!("sandboxd-test-trigger:{name}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!(
+            "FROM sandboxd-default:latest\nONBUILD ADD http://127.0.0.1:{}/secret /s\n",
+            secret.port
+        ),
+    )
+    .unwrap();
+    let made = Command::new("docker")
+        .args(["build", "-q", "-t", &base])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    struct Rmi(String);
+    impl Drop for Rmi {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+        }
+    }
+    let _rmi = Rmi(base.clone());
+    let (e, _) = build(&srv, dockerfile(&name, &format!("FROM {base}\nRUN true\n")))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "INVALID_RECIPE", "{e:?}");
+    assert!(e.message().contains("ONBUILD trigger"), "{}", e.message());
+    assert!(e.message().contains("RUN curl"), "{}", e.message());
+    assert_eq!(secret.connections(), 0, "the trigger fetched the secret");
+    assert!(!image_exists(&format!("sandboxd-env/{name}:latest")));
+    srv.stop().await;
+}
