@@ -304,3 +304,58 @@ async fn a_read_only_session_cannot_patch() {
     assert_refused_unchanged(apply(&server, &id, patch), "POLICY_DENIED", &ws).await;
     server.stop().await;
 }
+
+/// A patch of 12,000 hunks, each naming a place 1,000 lines from where it
+/// is (past what the hunk before taught), over lines that almost match:
+/// refused at the patch's search budget, quickly, the file unchanged.
+/// Before the budget it took 26 s of CPU.
+#[tokio::test]
+async fn thousands_of_hunks_far_from_where_they_say_are_refused_at_the_search_budget() {
+    let server = TestServer::start().await;
+    let (id, ws) = session(&server).await;
+    let mut file = String::new();
+    let mut patch = String::from("--- a/far.txt\n+++ b/far.txt\n");
+    let mut shift: i64 = 0;
+    for i in 0..12_000i64 {
+        for _ in 0..19 {
+            file.push_str("a\n");
+        }
+        file.push_str(&format!("b{i}\n"));
+        let at = 20 * i;
+        let old_start = at + 1000 - shift + 1;
+        shift = at - (old_start - 1);
+        patch.push_str(&format!("@@ -{old_start},20 +{old_start},19 @@\n"));
+        for _ in 0..19 {
+            patch.push_str(" a\n");
+        }
+        patch.push_str(&format!("-b{i}\n"));
+    }
+    file.push_str(&"z\n".repeat(2000));
+    std::fs::write(ws.join("far.txt"), &file).unwrap();
+    let t = std::time::Instant::now();
+    let status =
+        assert_refused_unchanged(apply(&server, &id, &patch), "PATCH_SEARCH_BUDGET", &ws).await;
+    // Generous: 2 busy cores, a debug build.
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(status.message().contains("20000000"), "{status:?}");
+    assert!(status.message().contains("far.txt"), "{status:?}");
+
+    // An ordinary patch whose hunk moved applies as before.
+    std::fs::write(
+        ws.join("moved.txt"),
+        format!("{}target\n", "filler\n".repeat(500)),
+    )
+    .unwrap();
+    let moved = "--- a/moved.txt\n+++ b/moved.txt\n@@ -2,1 +2,1 @@\n-target\n+hit\n";
+    apply(&server, &id, moved).await.unwrap();
+    assert!(
+        std::fs::read_to_string(ws.join("moved.txt"))
+            .unwrap()
+            .ends_with("filler\nhit\n")
+    );
+    server.stop().await;
+}

@@ -235,34 +235,46 @@ impl<'a, R: Read> Entries<'a, R> {
             };
             let mut entry = entry.map_err(|e| read_err(e, self.ratio))?;
             let size = entry.size();
-            let kind = entry.header().entry_type();
-            // Data no entry lands with (a directory's, a record's) still
-            // costs reading: it counts against the ceiling like a file's.
-            self.carried = self.carried.saturating_add(size);
-            if self.carried > self.max_bytes {
-                return Err(Error::TooLarge {
-                    what: Ceiling::Bytes,
-                    limit: self.max_bytes,
-                    entry: show(&entry.header().path_bytes()),
-                });
-            }
-            let extension = match kind {
-                tar::EntryType::GNULongName => Extension::LongName,
-                tar::EntryType::GNULongLink => Extension::LongLink,
-                tar::EntryType::XHeader => Extension::Pax,
-                tar::EntryType::XGlobalHeader => Extension::GlobalPax,
-                _ => return self.finish(entry).map(Some),
+            let extension = match entry.header().entry_type() {
+                tar::EntryType::GNULongName => Some(Extension::LongName),
+                tar::EntryType::GNULongLink => Some(Extension::LongLink),
+                tar::EntryType::XHeader => Some(Extension::Pax),
+                tar::EntryType::XGlobalHeader => Some(Extension::GlobalPax),
+                _ => None,
             };
             let bound = match extension {
-                Extension::LongName | Extension::LongLink => self.name_bound,
-                Extension::Pax | Extension::GlobalPax => MAX_PAX_BYTES,
+                Some(Extension::LongName | Extension::LongLink) => self.name_bound,
+                Some(Extension::Pax | Extension::GlobalPax) => MAX_PAX_BYTES,
+                None => u64::MAX,
             };
-            if size > bound {
+            if let Some(what) = extension
+                && size > bound
+            {
                 return Err(Error::HeaderTooLarge {
-                    what: extension,
+                    what,
                     size,
                     limit: bound,
                 });
+            }
+            // Data no entry lands with (a directory's, a record's) still
+            // costs reading: it counts against the ceiling like a file's.
+            self.carried = self.carried.saturating_add(size);
+            let past = self.carried > self.max_bytes;
+            let limit = self.max_bytes;
+            let past_err = move |entry: &[u8]| Error::TooLarge {
+                what: Ceiling::Bytes,
+                limit,
+                entry: show(entry),
+            };
+            let Some(extension) = extension else {
+                let entry = self.finish(entry)?;
+                if past {
+                    return Err(past_err(&entry.path));
+                }
+                return Ok(Some(entry));
+            };
+            if past {
+                return Err(past_err(&entry.header().path_bytes()));
             }
             let taken = match extension {
                 Extension::LongName => self.pending.name.is_some(),
