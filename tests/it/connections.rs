@@ -322,3 +322,79 @@ async fn idle_connections_to_the_metrics_endpoint_do_not_keep_a_scrape_out() {
     endpoint.abort();
     local.stop().await.unwrap();
 }
+
+/// Under TLS the deadline covers the TLS handshake too: a client that
+/// starts a ClientHello and stops is closed at the deadline (2 s here),
+/// well before the TLS layer's own 10 s; a client that completes it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_tls_handshake_is_closed_at_the_deadline() {
+    use rcgen::{CertificateParams, KeyPair};
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    // Served directly: a local service's own client speaks plain text.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().join("state"));
+    config.sandbox = sandboxd::session::SandboxConfig::new(&format!(
+        "sandboxd-test-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    ));
+    let engine = Arc::new(sandboxd::sandbox::docker::DockerRuntime::new(Some(
+        NO_DOCKER.into(),
+    )));
+    let registry = Arc::new(sandboxd::session::Registry::new(config, engine).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(sandboxd::server::serve(
+        listener,
+        registry,
+        Duration::from_secs(5),
+        Access {
+            token: Some("tls-token".into()),
+            tls: Some(sandboxd::server::TlsIdentity {
+                cert_pem: cert.pem().into_bytes(),
+                key_pem: key.serialize_pem().into_bytes(),
+            }),
+            connections: ConnectionLimits {
+                max: 64,
+                handshake: Duration::from_secs(2),
+                per_session: 4,
+            },
+            ..Default::default()
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    // A TLS record header announcing a ClientHello, and nothing more.
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+        .await
+        .unwrap();
+    let t = Instant::now();
+    assert_eq!(closed(vec![stalled], Duration::from_secs(15)).await, 1);
+    let after = t.elapsed();
+    assert!(after < Duration::from_secs(7), "closed after {after:?}");
+    let channel = Endpoint::from_shared(format!("https://localhost:{}", addr.port()))
+        .unwrap()
+        .tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(cert.pem()))
+                .domain_name("localhost"),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    SandboxClient::new(channel)
+        .list_sessions(with("tls-token", pb::ListSessionsRequest::default()))
+        .await
+        .unwrap();
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
