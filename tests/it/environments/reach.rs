@@ -134,6 +134,16 @@ async fn remote_sources_are_refused_before_the_engine_fetches_anything() {
             .iter()
             .map(|a| format!("http://{a}:{p}/secret")),
     );
+    // Every name /etc/hosts gives this host.
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    for line in hosts.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let mut words = line.split_whitespace();
+        if let Some(addr) = words.next()
+            && (addr.starts_with("127.") || addr == "::1")
+        {
+            urls.extend(words.map(|n| format!("http://{n}:{p}/secret")));
+        }
+    }
     // An address that is not this host's is refused as well: it could
     // redirect to one that is.
     urls.push("https://deb.debian.org/debian/README".into());
@@ -306,6 +316,11 @@ async fn copy_from_an_image_is_a_base_whose_id_is_in_the_key() {
     .unwrap_err();
     assert_eq!(reason(&missing), "IMAGE_NOT_FOUND", "{missing:?}");
     assert!(missing.message().contains("no-such-image:1"));
+    let mount = "FROM sandboxd-default:latest\n\
+                 RUN --mount=type=bind,from=no-such-image:2,target=/t true\n";
+    let (mounted, _) = build(&srv, dockerfile(&user, mount)).await.unwrap_err();
+    assert_eq!(reason(&mounted), "IMAGE_NOT_FOUND", "{mounted:?}");
+    assert!(mounted.message().contains("no-such-image:2"));
     for bad in [
         "FROM sandboxd-default:latest\nARG I=x\nCOPY --from=$I /f /f\n",
         "FROM sandboxd-default:latest\nRUN --network=host true\n",
