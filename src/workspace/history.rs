@@ -541,10 +541,13 @@ impl History {
             let st = &mut *state;
             let cache = st.cache.clone();
             let root = ws.root_fd();
-            let current = scan(root, cache.as_deref(), limits.scan, None)?;
+            let current = scan_until(root, cache.as_deref(), limits.scan, None, &stop)?;
             let restored = restore::restore(root, &current, &target, &st.store, ws.new_owner())?;
             // Read back: what the workspace holds now.
-            let after = scan(root, Some(&current), limits.scan, None)?;
+            // Not cancelled: the workspace has changed, and the cache must
+            // say what it holds now.
+            let never = AtomicBool::new(false);
+            let after = scan_until(root, Some(&current), limits.scan, None, &never)?;
             let digest = after.digest();
             st.cache = Some(Arc::new(after));
             Ok(RestoreOutput {
