@@ -17,11 +17,14 @@
 //! bounded: past half the ceiling the file is rotated to
 //! `<session id>.jsonl.1` (the one before it is dropped), and what was
 //! dropped is counted, written at the head of the new file and reported.
+//!
+//! One job per file: this one holds the journal and its entries; `sink`
+//! the file and its rotation, `recover` reading a journal back at a
+//! restart, `report` the reconciliation against a plan.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +32,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::sandbox::{ExitReport, KilledBy};
 use crate::state::StateDir;
+
+mod recover;
+mod report;
+mod sink;
+
+pub use recover::Recovered;
+use sink::{Sink, file_name, previous_name};
 
 /// Entries (and writes, commands, refusals) kept in memory per session;
 /// older ones are dropped and counted (the JSON-lines file keeps them all).
@@ -218,23 +228,6 @@ pub struct Journal {
     sink: Option<Mutex<Sink>>,
 }
 
-/// The file a journal appends to, and its rotation.
-#[derive(Debug)]
-struct Sink {
-    files: Files,
-    file: File,
-    /// Bytes and lines in the current file.
-    bytes: u64,
-    lines: u64,
-    /// Lines and bytes in the file before it (`.1`), counted as they were
-    /// written (or read back at a restart): a rotation never reads a file.
-    previous_lines: u64,
-    previous_bytes: u64,
-    /// Lines and bytes dropped by rotation so far.
-    dropped_lines: u64,
-    dropped_bytes: u64,
-}
-
 /// One JSON line of a call.
 #[derive(Serialize)]
 struct Line<'a> {
@@ -268,75 +261,6 @@ struct StartedLine {
     at_ms: u64,
     command: String,
     cwd: String,
-}
-
-/// The line at the head of a rotated-to file.
-#[derive(Serialize, Deserialize)]
-struct RotatedLine {
-    dropped_lines: u64,
-    dropped_bytes: u64,
-}
-
-/// What recovering a journal found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recovered {
-    /// Entries read back.
-    pub entries: u64,
-    /// Commands that were running when the service stopped.
-    pub interrupted: u64,
-    /// Lines that could not be read (a line cut short by the crash).
-    pub unreadable: u64,
-}
-
-fn file_name(session: &str) -> String {
-    format!("{session}.jsonl")
-}
-
-fn previous_name(session: &str) -> String {
-    format!("{session}.jsonl.1")
-}
-
-impl Sink {
-    /// Appends one line (with its newline), rotating first if it would
-    /// take the current file past half the ceiling.
-    fn append(&mut self, session: &str, line: &[u8]) -> io::Result<()> {
-        let half = self.files.max_bytes.max(64 << 10) / 2;
-        if self.bytes > 0 && self.bytes + line.len() as u64 > half {
-            self.rotate(session)?;
-        }
-        // One write per line, append mode: lines never interleave.
-        self.file.write_all(line)?;
-        self.bytes += line.len() as u64;
-        self.lines += 1;
-        Ok(())
-    }
-
-    fn rotate(&mut self, session: &str) -> io::Result<()> {
-        let dir = &self.files.dir;
-        dir.rename(&file_name(session), &previous_name(session))?;
-        self.dropped_lines += self.previous_lines;
-        self.dropped_bytes += self.previous_bytes;
-        self.previous_lines = self.lines;
-        self.previous_bytes = self.bytes;
-        self.file = dir.create_private(&file_name(session))?;
-        self.bytes = 0;
-        self.lines = 0;
-        let head = RotatedLine {
-            dropped_lines: self.dropped_lines,
-            dropped_bytes: self.dropped_bytes,
-        };
-        let mut bytes = serde_json::to_vec(&serde_json::json!({
-            "session_id": session,
-            "rotated": head,
-        }))
-        .map_err(io::Error::other)?;
-        bytes.push(b'\n');
-        self.file.write_all(&bytes)?;
-        // Lines count what the journal holds: the head is not one of them.
-        self.bytes = bytes.len() as u64;
-        self.lines = 0;
-        Ok(())
-    }
 }
 
 fn push_capped<T>(list: &mut VecDeque<T>, item: T) -> bool {
@@ -385,92 +309,6 @@ impl Journal {
             state: Mutex::new(State::default()),
             sink,
         })
-    }
-
-    /// The journal of `session` as its files hold it (after the service
-    /// stopped, however it stopped), appended to from here on. A command
-    /// that had started and not ended is recorded as interrupted.
-    pub fn recover(session: &str, files: &Files) -> io::Result<(Journal, Recovered)> {
-        let dir = &files.dir;
-        let previous = dir.read(&previous_name(session))?.unwrap_or_default();
-        let current = dir.read(&file_name(session))?.unwrap_or_default();
-        let mut found = Recovered::default();
-        let mut st = State::default();
-        let (mut dropped_lines, mut dropped_bytes) = (0, 0);
-        let count = |bytes: &[u8]| {
-            bytes
-                .split(|&b| b == b'\n')
-                .filter(|l| !l.is_empty())
-                .filter(|l| {
-                    serde_json::from_slice::<serde_json::Value>(l)
-                        .map_or(true, |v| v.get("rotated").is_none())
-                })
-                .count()
-        };
-        let (previous_lines, lines) = (count(&previous) as u64, count(&current) as u64);
-        for line in previous
-            .split(|&b| b == b'\n')
-            .chain(current.split(|&b| b == b'\n'))
-        {
-            if line.is_empty() {
-                continue;
-            }
-            let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
-                found.unreadable += 1;
-                continue;
-            };
-            if let Some(head) = value.get("rotated") {
-                if let Ok(head) = serde_json::from_value::<RotatedLine>(head.clone()) {
-                    (dropped_lines, dropped_bytes) = (head.dropped_lines, head.dropped_bytes);
-                }
-                continue;
-            }
-            if let Some(started) = value.get("started") {
-                match serde_json::from_value::<StartedLine>(started.clone()) {
-                    Ok(s) => {
-                        st.next_seq = st.next_seq.max(s.seq);
-                        st.running.insert(s.seq, (s.command, s.cwd, s.at_ms));
-                    }
-                    Err(_) => found.unreadable += 1,
-                }
-                continue;
-            }
-            match serde_json::from_value::<ReadLine>(value) {
-                Ok(read) => {
-                    found.entries += 1;
-                    st.replay(read);
-                }
-                Err(_) => found.unreadable += 1,
-            }
-        }
-        let mut file = dir.open_append(&file_name(session))?;
-        let mut bytes = current.len() as u64;
-        // A line the crash cut short is ended, so the next one stands alone.
-        if current.last().is_some_and(|&b| b != b'\n') {
-            file.write_all(b"\n")?;
-            bytes += 1;
-        }
-        let sink = Sink {
-            file,
-            files: files.clone(),
-            bytes,
-            lines,
-            previous_lines,
-            previous_bytes: previous.len() as u64,
-            dropped_lines,
-            dropped_bytes,
-        };
-        let interrupted = std::mem::take(&mut st.running);
-        let journal = Journal {
-            session: session.to_string(),
-            state: Mutex::new(st),
-            sink: Some(Mutex::new(sink)),
-        };
-        for (seq, (command, cwd, at_ms)) in interrupted {
-            found.interrupted += 1;
-            journal.interrupted(seq, &command, &cwd, at_ms);
-        }
-        Ok((journal, found))
     }
 
     /// Removes the files of `session` (when its session closes and the
@@ -712,66 +550,6 @@ impl Journal {
         self.sink.as_ref().map_or(0, |s| {
             s.lock().unwrap_or_else(|e| e.into_inner()).dropped_lines
         })
-    }
-
-    /// The journal, reconciled against `planned` files (workspace-relative,
-    /// normalised; `None`: no plan) and a `verify` command.
-    pub fn report(&self, planned: Option<&[String]>, verify: Option<&str>) -> Report {
-        let file_lines_dropped = self.file_lines_dropped();
-        let st = self.state();
-        let plan = planned.map(|planned| {
-            let planned: BTreeSet<&String> = planned.iter().collect();
-            PlanCheck {
-                planned_touched: st
-                    .touched
-                    .iter()
-                    .filter(|p| planned.contains(p))
-                    .cloned()
-                    .collect(),
-                unplanned: st
-                    .touched
-                    .iter()
-                    .filter(|p| !planned.contains(p))
-                    .cloned()
-                    .collect(),
-                untouched: planned
-                    .iter()
-                    .filter(|p| !st.touched.contains(p.as_str()))
-                    .map(|p| p.to_string())
-                    .collect(),
-            }
-        });
-        let verification = verify.map(|wanted| {
-            // The very command, not one that merely mentions it (`pytest
-            // --co`, `echo pytest`): compared whole, whitespace collapsed.
-            let wanted = collapse(wanted);
-            let matching = || {
-                st.commands
-                    .iter()
-                    .filter(|c| !c.cancelled && !c.interrupted && collapse(&c.command) == wanted)
-            };
-            let after = st.last_write.unwrap_or(0);
-            let last_after = matching().rfind(|c| c.seq > after);
-            Verification {
-                command: wanted.clone(),
-                ran: matching().next().is_some(),
-                ran_after_last_write: last_after.is_some(),
-                exit_code: last_after.map(|c| c.exit_code),
-                passed: last_after.is_some_and(|c| c.exit_code == 0 && !c.timed_out),
-            }
-        });
-        Report {
-            entries: st.entries.iter().cloned().collect(),
-            dropped: st.dropped,
-            file_lines_dropped,
-            files_written: st.writes.iter().cloned().collect(),
-            commands: st.commands.iter().cloned().collect(),
-            refused: st.refused.iter().cloned().collect(),
-            touched: st.touched.iter().cloned().collect(),
-            plan,
-            verification,
-            checkpoints: Vec::new(),
-        }
     }
 }
 

@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use std::io::Write;
 use crate::sandbox::Captured;
 
 /// Journal files in a fresh private directory, bounded by `max_bytes`.
