@@ -15,6 +15,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,7 +226,8 @@ impl Local {
         let _ = self.stop.send(());
         self.server.await??;
         if let Home::Kept { path, .. } = &self.home {
-            // Never enters a mount point: a pin left mounted keeps its tree.
+            // Never enters a pin: each is let go of first.
+            let_go_of_pins(&path.join("state"))?;
             crate::workspace::remove::remove_tree(path).map_err(std::io::Error::other)?;
         }
         Ok(())
@@ -393,6 +395,12 @@ pub async fn sweep_dead(parent: &Path, docker: Arc<DockerRuntime>) -> Vec<String
                 continue;
             }
         }
+        // The pins go first, each unmounted and then removed only if empty:
+        // a lent directory is never entered, whatever filesystem it is on.
+        if let Err(e) = let_go_of_pins(&path.join("state")) {
+            tracing::warn!(service = %name, error = %e, "a pin of its could not be let go of; its state is left in place");
+            continue;
+        }
         match crate::workspace::remove::remove_tree(&path) {
             Ok(()) => {
                 tracing::info!(service = %name, "removed what a dead private service left");
@@ -404,4 +412,69 @@ pub async fn sweep_dead(parent: &Path, docker: Arc<DockerRuntime>) -> Vec<String
         }
     }
     swept
+}
+
+/// Unmounts every pin under the state directory `state` (each as many
+/// times as mounts are stacked on it, within a bound) and removes its
+/// mount point, which must then be an empty directory on the same mount as
+/// `pins` itself (the mount ids are compared, not the devices: a bind
+/// mount of a directory on the same filesystem shares its device). Any pin
+/// that is still a mount point, or not empty, fails the whole: whoever
+/// removes the state directory after this never enters a lent directory.
+fn let_go_of_pins(state: &Path) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags};
+    const MAX_STACKED: usize = 64;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let pins_path = state.join("pins");
+    let pins = match rustix::fs::open(&pins_path, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mount_id = |name: &std::ffi::CStr| -> std::io::Result<u64> {
+        Ok(
+            rustix::fs::statx(&pins, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::MNT_ID)?
+                .stx_mnt_id,
+        )
+    };
+    let own = mount_id(c".")?;
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&pins)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            names.push(name.to_owned());
+        }
+    }
+    for name in names {
+        let path = pins_path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        for _ in 0..MAX_STACKED {
+            if mount_id(&name)? == own {
+                break;
+            }
+            match rustix::mount::unmount(
+                &path,
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            ) {
+                Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if mount_id(&name)? != own {
+            return Err(std::io::Error::other(format!(
+                "{} is still a mount point",
+                path.display()
+            )));
+        }
+        match rustix::fs::unlinkat(&pins, &name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => {
+                return Err(std::io::Error::other(format!(
+                    "cannot remove the pin {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

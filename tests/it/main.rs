@@ -36,6 +36,7 @@ mod scan_bounds;
 mod session_tokens;
 mod sessions;
 mod state_dir;
+mod sweep_dead;
 mod text_log;
 mod ttl_ceiling;
 mod walk;
