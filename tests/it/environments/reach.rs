@@ -164,7 +164,7 @@ async fn remote_sources_are_refused_before_the_engine_fetches_anything() {
         format!("ENV U={url}\nADD $U /s"),
         format!("COPY {url} /s"),
         format!("ONBUILD ADD {url} /s"),
-        format!("ADD git@127.0.0.1:repo.git /r"),
+        "ADD git@127.0.0.1:repo.git /r".to_string(),
         format!("ADD git://127.0.0.1:{p}/repo.git /r"),
     ] {
         recipes.push(format!("{base}\n{form}\n"));
