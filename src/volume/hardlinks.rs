@@ -251,13 +251,13 @@ mod tests {
         };
         linked_outside(&open()).unwrap();
         // A second link inside the tree, at the top: still fine.
-        rustix::fs::linkat(&bottom, name, &open_dir(&tree), "inside", AtFlags::empty()).unwrap();
+        rustix::fs::linkat(&bottom, name, open_dir(&tree), "inside", AtFlags::empty()).unwrap();
         linked_outside(&open()).unwrap();
         // A third, outside: refused, naming the deep file or its top link.
         rustix::fs::linkat(
             &bottom,
             name,
-            &open_dir(top.path()),
+            open_dir(top.path()),
             "outside",
             AtFlags::empty(),
         )

@@ -32,6 +32,7 @@ mod long_suites;
 mod metrics;
 mod policy;
 mod report;
+mod restart_deep;
 mod scan_bounds;
 mod session_tokens;
 mod sessions;
