@@ -233,3 +233,58 @@ async fn a_root_checkout_that_cannot_be_idmapped_still_opens_and_says_why() {
     assert_eq!((md.uid(), md.gid()), (0, 0));
     srv.stop().await;
 }
+
+/// Unmounts a test's own bind mount, also when an assertion fails.
+struct Bound(std::path::PathBuf);
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A directory the host lends read-only and `noexec` (a bind mount) stays
+/// so through the pin, id-mapped or not: a command in the sandbox can
+/// neither change a file, nor create one, nor run one there.
+#[tokio::test]
+async fn a_read_only_noexec_checkout_stays_so_for_its_commands() {
+    let srv = TestServer::with_docker().await;
+    let source = srv.allowed_root.path().join("source");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("calc.py"), "x = 1\n").unwrap();
+    std::fs::write(source.join("run.sh"), "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(
+        source.join("run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let repo = srv.allowed_root.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let mount = |args: &[&str]| {
+        let out = Command::new("mount").args(args).output().unwrap();
+        assert!(out.status.success(), "mount {args:?}: {out:?}");
+    };
+    mount(&["--bind", source.to_str().unwrap(), repo.to_str().unwrap()]);
+    let bound = Bound(repo.clone());
+    mount(&["-o", "remount,bind,ro,noexec", repo.to_str().unwrap()]);
+    let s = lend(&srv, &repo).await;
+    let ran = run(
+        &srv.client,
+        &s.session_id,
+        "cat calc.py; echo y >> calc.py && echo wrote || echo refused; \
+         touch new && echo made || echo not-made; \
+         ./run.sh && echo executed || echo not-executed",
+        20_000,
+    )
+    .await;
+    assert_eq!(
+        ran.stdout(),
+        "x = 1\nrefused\nnot-made\nnot-executed\n",
+        "{}",
+        ran.stderr()
+    );
+    assert_eq!(std::fs::read(source.join("calc.py")).unwrap(), b"x = 1\n");
+    assert!(!source.join("new").exists());
+    drop(bound);
+    srv.stop().await;
+}
