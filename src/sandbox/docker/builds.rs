@@ -93,6 +93,18 @@ async fn fence(docker: &Docker, host: Option<&str>, tag: &str) -> Result<(), Err
         ));
     }
     network(docker, tag).await?;
+    // The rules below are this network namespace's: they fence the builds
+    // only if the engine's bridge is here too (not an engine behind a
+    // forwarded socket, nor a service in a namespace of its own).
+    if !std::path::Path::new("/sys/class/net").join(BRIDGE).exists() {
+        return Err(refused(
+            tag,
+            format!(
+                "the engine's build bridge {BRIDGE} is not in this host's network namespace \
+                 (the engine runs elsewhere), so this host's firewall cannot fence its builds"
+            ),
+        ));
+    }
     for tool in ["iptables", "ip6tables"] {
         firewall(tool, tag).await?;
     }
@@ -276,4 +288,25 @@ fn stream(
         }
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_engine_this_host_cannot_fence_gets_no_build() {
+        // Made without connecting: the refusal comes before any call.
+        let docker =
+            Docker::connect_with_http("tcp://192.0.2.9:2375", 1, bollard::API_DEFAULT_VERSION)
+                .unwrap();
+        match fence(&docker, Some("tcp://192.0.2.9:2375"), "x:1").await {
+            Err(Error::BuildImage { why, .. }) => {
+                assert!(why.contains("cannot reach this host"), "{why}");
+                assert!(why.contains("local socket"), "{why}");
+                assert!(why.contains("nothing was built"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
