@@ -1,8 +1,8 @@
 use std::time::Duration;
 
 use super::*;
-use std::io::Write;
 use crate::sandbox::Captured;
+use std::io::Write;
 
 /// Journal files in a fresh private directory, bounded by `max_bytes`.
 fn files(base: &tempfile::TempDir, max_bytes: u64) -> Files {
