@@ -534,9 +534,18 @@ fn from_image(
 /// The sources of an `ADD` or `COPY` (every argument but the last), read
 /// as the engine reads them: a JSON array of strings, or words.
 fn sources(args: &str, what: &str, at: usize) -> Result<Vec<String>, Error> {
+    // The engine decodes the first JSON value and ignores what follows
+    // it: text after the array is refused rather than left to that.
+    let mut stream = serde_json::Deserializer::from_str(args).into_iter::<Vec<serde_json::Value>>();
+    let first = stream.next();
+    if matches!(first, Some(Ok(_))) && !args[stream.byte_offset()..].trim().is_empty() {
+        return Err(Error::InvalidRecipe(format!(
+            "line {at}: {what}: nothing may follow the JSON array"
+        )));
+    }
     let mut all: Vec<String> = if args.starts_with('[') {
-        match serde_json::from_str::<Vec<serde_json::Value>>(args) {
-            Ok(values) => {
+        match first {
+            Some(Ok(values)) => {
                 let mut out = Vec::new();
                 for v in values {
                     match v {
@@ -550,7 +559,7 @@ fn sources(args: &str, what: &str, at: usize) -> Result<Vec<String>, Error> {
                 }
                 out
             }
-            Err(_) => words(args).into_iter().map(str::to_string).collect(),
+            _ => words(args).into_iter().map(str::to_string).collect(),
         }
     } else {
         words(args).into_iter().map(str::to_string).collect()
@@ -742,6 +751,11 @@ mod tests {
         read("FROM a\nARG APP=x\nCOPY ${APP}/ \"/app\" /opt/\n").unwrap();
         refused("FROM a\nADD [\"h\\u0074tp://127.0.0.1/\", \"/s\"]\n");
         refused("FROM a\nADD [1, \"/s\"]\n");
+        // What follows the array (which the engine ignores) is refused.
+        refused("FROM a\nADD [\"http:\\u002f\\u002f127.0.0.1/\", \"/s\"] junk\n");
+        refused("FROM a\nADD [\"local\", \"/s\"] http://127.0.0.1/\n");
+        refused("FROM a\nCOPY [\"local\", \"/s\"] x\n");
+        read("FROM a\nCOPY [\"local\", \"/s\"]  \n").unwrap();
         // Local sources, and a destination with a variable, are fine.
         let ok = read(
             "FROM a\nARG D=/opt\nADD app.tar.gz $D/\nCOPY --chown=1:1 [\"a b\", \"/x/\"]\n\
