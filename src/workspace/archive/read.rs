@@ -173,8 +173,8 @@ struct Pending {
 }
 
 impl Pending {
-    fn is_empty(&self) -> bool {
-        self.name.is_none() && self.link.is_none() && self.pax.is_none() && !self.global
+    fn is_empty_but_global(&self) -> bool {
+        self.name.is_none() && self.link.is_none() && self.pax.is_none()
     }
 }
 
@@ -224,7 +224,9 @@ impl<'a, R: Read> Entries<'a, R> {
     pub(super) fn next_entry(&mut self) -> Result<Option<Entry<'a, R>>, Error> {
         loop {
             let Some(entry) = self.raw.next() else {
-                if !self.pending.is_empty() {
+                // A global header may close an archive (it describes the
+                // archive, not an entry); the others describe what follows.
+                if !self.pending.is_empty_but_global() {
                     return Err(Error::Malformed(
                         "the archive ends with extension records (long name, long link or PAX) \
                          that describe no entry"
@@ -284,7 +286,7 @@ impl<'a, R: Read> Entries<'a, R> {
             };
             if taken {
                 return Err(Error::Malformed(format!(
-                    "two of a {extension} in a row, for one entry"
+                    "a second {extension} in a row, for one entry"
                 )));
             }
             let mut data = Vec::with_capacity(size as usize);

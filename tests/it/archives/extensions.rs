@@ -303,6 +303,9 @@ async fn archives_from_git_archive_and_gnu_tar_pax_upload() {
         std::fs::read(ws.join(format!("git/src/{long_dir}/main.py"))).unwrap(),
         b"code\n"
     );
+    // A global header alone, as `git archive` writes for an empty tree.
+    let only_global = archive(|o| pax(o, XGlobalHeader, &[rec("comment", b"abc")]));
+    upload(&server, &id, "empty", only_global).await.unwrap();
     let pax_tar = sh("tar --format=pax -cf - src");
     upload(&server, &id, "pax", pax_tar).await.unwrap();
     assert_eq!(
