@@ -80,7 +80,6 @@ async fn a_name_that_spells_a_diff_section_cannot_change_another_file() {
             session_id: id.clone(),
             path: "trigger.txt".into(),
             content: "t\n".into(),
-            ..Default::default()
         })
         .await
         .unwrap();
