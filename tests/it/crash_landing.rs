@@ -76,26 +76,55 @@ fn files(ws: &Path) -> Vec<(PathBuf, String)> {
     all
 }
 
-async fn session(c: &mut common::Client) -> pb::Session {
-    c.create_session(pb::CreateSessionRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
+/// A service of its own (no warm pool) and a session with a directory
+/// `d`; what the service leaves goes when the test ends.
+struct Fixture {
+    served: Served,
+    c: common::Client,
+    id: String,
+    ws: PathBuf,
+    state: PathBuf,
+    service: String,
+    base: tempfile::TempDir,
+    _cleanup: RemoveOnDrop,
+    _unmount: Unmount,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        common::prepare_host();
+        let service = service_name();
+        let cleanup = RemoveOnDrop(format!("sandboxd.service={service}"));
+        let base = tempfile::tempdir().unwrap();
+        let state = base.path().join("state");
+        let unmount = Unmount(state.clone());
+        let served = Served::start(&service, base.path(), 0).await;
+        let mut c = served.client().await;
+        let s = c
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let ws = PathBuf::from(&s.workspace_path);
+        std::fs::create_dir(ws.join("d")).unwrap();
+        Fixture {
+            served,
+            c,
+            id: s.session_id,
+            ws,
+            state,
+            service,
+            base,
+            _cleanup: cleanup,
+            _unmount: unmount,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_killed_while_landing_is_finished_at_the_next_start() {
-    common::prepare_host();
-    let service = service_name();
-    let _cleanup = RemoveOnDrop(format!("sandboxd.service={service}"));
-    let base = tempfile::tempdir().unwrap();
-    let state = base.path().join("state");
-    let _unmount = Unmount(state.clone());
-    let mut served = Served::start(&service, base.path(), 0).await;
-    let mut c = served.client().await;
-    let s = session(&mut c).await;
-    let (id, ws) = (s.session_id.clone(), PathBuf::from(&s.workspace_path));
-    std::fs::create_dir(ws.join("d")).unwrap();
+    let f = Fixture::start().await;
+    let (mut served, mut c, id, ws, state) = (f.served, f.c, f.id, f.ws, f.state);
     for i in 0..FILES {
         std::fs::write(ws.join(format!("d/f{i}")), "v1\n").unwrap();
     }
@@ -139,7 +168,7 @@ async fn a_restore_killed_while_landing_is_finished_at_the_next_start() {
     assert!(!stages(&ws).is_empty());
     assert!(record(&state, &id).is_some());
 
-    let served = Served::start(&service, base.path(), 0).await;
+    let served = Served::start(&f.service, f.base.path(), 0).await;
     let mut c = served.client().await;
     c.get_session(pb::GetSessionRequest {
         session_id: id.clone(),
@@ -236,17 +265,8 @@ fn upload(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_killed_while_staging_or_landing_are_all_or_nothing_after_a_restart() {
-    common::prepare_host();
-    let service = service_name();
-    let _cleanup = RemoveOnDrop(format!("sandboxd.service={service}"));
-    let base = tempfile::tempdir().unwrap();
-    let state = base.path().join("state");
-    let _unmount = Unmount(state.clone());
-    let mut served = Served::start(&service, base.path(), 0).await;
-    let mut c = served.client().await;
-    let s = session(&mut c).await;
-    let (id, ws) = (s.session_id.clone(), PathBuf::from(&s.workspace_path));
-    std::fs::create_dir(ws.join("d")).unwrap();
+    let f = Fixture::start().await;
+    let (mut served, mut c, id, ws, state) = (f.served, f.c, f.id, f.ws, f.state);
     std::fs::write(ws.join("d/kept"), "kept\n").unwrap();
     // A first change: the session's starting point is taken.
     c.create_file(pb::CreateFileRequest {
@@ -276,7 +296,7 @@ async fn uploads_killed_while_staging_or_landing_are_all_or_nothing_after_a_rest
     served.child.kill().unwrap();
     served.child.wait().unwrap();
     call.abort();
-    let mut served = Served::start(&service, base.path(), 0).await;
+    let mut served = Served::start(&f.service, f.base.path(), 0).await;
     let mut c = served.client().await;
     c.get_session(pb::GetSessionRequest {
         session_id: id.clone(),
@@ -312,7 +332,7 @@ async fn uploads_killed_while_staging_or_landing_are_all_or_nothing_after_a_rest
         assert!(attempt < 2, "the upload never was caught landing");
     }
     assert!(killed);
-    let served = Served::start(&service, base.path(), 0).await;
+    let served = Served::start(&f.service, f.base.path(), 0).await;
     let mut c = served.client().await;
     c.get_session(pb::GetSessionRequest {
         session_id: id.clone(),

@@ -70,6 +70,16 @@ fn assert_before(ws: &Path) {
     assert_eq!(mode(&ws.join("d/x")), 0o644);
 }
 
+/// A workspace as [`before`] makes it, a directory for records, and
+/// their fds.
+fn setup() -> (tempfile::TempDir, tempfile::TempDir, OwnedFd, Intents) {
+    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    before(ws.path());
+    let root = dir_fd(ws.path());
+    let intents = Intents::new(dir_fd(kept.path()));
+    (ws, kept, root, intents)
+}
+
 /// Stages the two entries and records the landing, as `land` does.
 fn staged(root: &OwnedFd, intents: &Intents) -> Stage {
     let stage = Stage::new(root, "upload", Some(intents)).unwrap();
@@ -90,10 +100,7 @@ fn staged(root: &OwnedFd, intents: &Intents) -> Stage {
 #[test]
 fn a_landing_cut_short_after_any_step_is_finished_at_the_next_start() {
     for done in 0..=STEPS.len() {
-        let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        before(ws.path());
-        let root = dir_fd(ws.path());
-        let intents = Intents::new(dir_fd(kept.path()));
+        let (ws, kept, root, intents) = setup();
         let stage = staged(&root, &intents);
         let mut undo = Vec::new();
         restore::apply(&root, stage.fd(), &STEPS[..done], None, None, &mut undo).unwrap();
@@ -119,10 +126,7 @@ fn a_landing_cut_short_after_any_step_is_finished_at_the_next_start() {
 
 #[test]
 fn a_landing_cut_short_while_its_staging_directory_was_removed_is_finished() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
+    let (ws, kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     restore::apply(&root, stage.fd(), &STEPS, None, None, &mut Vec::new()).unwrap();
     // Removal had begun: the removed file's trash is gone already.
@@ -139,10 +143,7 @@ fn a_landing_cut_short_while_its_staging_directory_was_removed_is_finished() {
 
 #[test]
 fn a_landing_cut_short_while_it_was_being_undone_is_finished() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
+    let (ws, kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     let mut undo = Vec::new();
     restore::apply(&root, stage.fd(), &STEPS[..4], None, None, &mut undo).unwrap();
@@ -160,10 +161,7 @@ fn a_landing_cut_short_while_it_was_being_undone_is_finished() {
 
 #[test]
 fn a_crash_while_staging_changes_nothing_and_its_staging_directory_goes() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
+    let (ws, kept, root, intents) = setup();
     let stage = Stage::new(&root, "patch", Some(&intents)).unwrap();
     fs::write(ws.path().join(&stages(ws.path())[0]).join("0"), "half").unwrap();
     drop(stage);
@@ -182,10 +180,7 @@ fn a_crash_while_staging_changes_nothing_and_its_staging_directory_goes() {
 
 #[test]
 fn a_landing_that_cannot_be_finished_is_undone() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
+    let (ws, kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     restore::apply(&root, stage.fd(), &STEPS[..2], None, None, &mut Vec::new()).unwrap();
     drop(stage);
@@ -209,10 +204,7 @@ fn a_landing_that_cannot_be_finished_is_undone() {
 
 #[test]
 fn a_finished_or_failed_landing_leaves_no_record() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
+    let (ws, kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     restore::land(&root, &stage, &STEPS, None).unwrap();
     stage.remove(&root);
@@ -234,11 +226,8 @@ fn a_finished_or_failed_landing_leaves_no_record() {
 
 #[test]
 fn records_that_are_not_ours_are_dropped_and_touch_nothing() {
-    let (ws, kept) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    before(ws.path());
+    let (ws, kept, root, intents) = setup();
     fs::create_dir(ws.path().join("keep")).unwrap();
-    let root = dir_fd(ws.path());
-    let intents = Intents::new(dir_fd(kept.path()));
     for (name, text) in [
         ("landing.1", "garbage".to_string()),
         (
