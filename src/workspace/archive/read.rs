@@ -430,7 +430,7 @@ mod tests {
 
     #[test]
     fn pax_records_parse_and_their_lengths_are_checked() {
-        let p = pax(b"13 path=a/b\n16 linkpath=t/u\n11 size=42\n").unwrap();
+        let p = pax(b"12 path=a/b\n16 linkpath=t/u\n11 size=42\n").unwrap();
         assert_eq!(p.path.as_deref(), Some(&b"a/b"[..]));
         assert_eq!(p.link.as_deref(), Some(&b"t/u"[..]));
         assert_eq!(p.size, Some(42));
