@@ -126,7 +126,7 @@ fn a_landing_cut_short_after_any_step_is_finished_at_the_next_start() {
 
 #[test]
 fn a_landing_cut_short_while_its_staging_directory_was_removed_is_finished() {
-    let (ws, kept, root, intents) = setup();
+    let (ws, _kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     restore::apply(&root, stage.fd(), &STEPS, None, None, &mut Vec::new()).unwrap();
     // Removal had begun: the removed file's trash is gone already.
@@ -143,7 +143,7 @@ fn a_landing_cut_short_while_its_staging_directory_was_removed_is_finished() {
 
 #[test]
 fn a_landing_cut_short_while_it_was_being_undone_is_finished() {
-    let (ws, kept, root, intents) = setup();
+    let (ws, _kept, root, intents) = setup();
     let stage = staged(&root, &intents);
     let mut undo = Vec::new();
     restore::apply(&root, stage.fd(), &STEPS[..4], None, None, &mut undo).unwrap();
