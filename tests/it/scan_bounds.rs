@@ -217,7 +217,6 @@ async fn close_session_during_a_long_scan_answers_promptly() {
             .clone()
             .close_session(pb::CloseSessionRequest {
                 session_id: id.clone(),
-                ..Default::default()
             }),
     )
     .await
