@@ -45,6 +45,7 @@ use crate::state::{Dir, StateDir};
 use crate::workspace::remove::remove_tree_at;
 
 mod attrs;
+mod found;
 mod fresh;
 mod hardlinks;
 mod idmap;
@@ -381,11 +382,16 @@ impl Volume {
         }
     }
 
-    /// Lets go of the volume's mount and keeps everything in it: the
-    /// service stops, and the session comes back at its next start
-    /// ([`Volumes::reopen_fresh`], [`Volumes::repin`]). Blocking.
+    /// Lets go of the volume and keeps everything in it: the service
+    /// stops, and the session comes back at its next start
+    /// ([`Volumes::reopen_fresh`], [`Volumes::repin`]). A fresh
+    /// workspace's filesystem is unmounted; a pin stays mounted (in the
+    /// service's own directory), so that the next start finds the lent
+    /// directory where the session had it, whatever became of its path
+    /// meanwhile ([`Volumes::pinned_path`]); that start replaces it.
+    /// Blocking.
     pub fn release(&self) -> io::Result<()> {
-        if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
+        if matches!(self.kind, Kind::Filesystem) {
             unmount(&self.path)?;
         }
         Ok(())

@@ -232,13 +232,66 @@ fn open_workspace(
             }
         };
     };
+    let ws = match again {
+        None => open_lent(config, Arc::clone(&locks), &path)?,
+        Some(identity) => {
+            // The path may name another directory by now (renamed, swapped
+            // for a link, an ancestor swapped by another session's command):
+            // only the very one the session was lent is taken, where the
+            // running service had it (its pin, if still there, tells).
+            let same = |ws: &Workspace| {
+                rustix::fs::fstat(ws.root_fd()).is_ok_and(|st| (st.st_dev, st.st_ino) == identity)
+            };
+            match open_lent(config, Arc::clone(&locks), &path) {
+                Ok(ws) if same(&ws) => ws,
+                first => {
+                    let moved = volumes
+                        .pinned_path(id, identity, &config.allowed_roots)
+                        .and_then(|now| open_lent(config, locks, &now.to_string_lossy()).ok())
+                        .filter(same);
+                    match (moved, first) {
+                        (Some(ws), _) => {
+                            tracing::info!(session = %id, was = ?path, now = ?ws.host_path(), "a lent directory found through its pin where it lies now");
+                            ws
+                        }
+                        (None, Err(e)) => return Err(e),
+                        (None, Ok(_)) => {
+                            return Err(Error::Volume(crate::volume::Error::Gone(format!(
+                                "{path} is no longer the directory the session was lent"
+                            ))));
+                        }
+                    }
+                }
+            }
+        }
+    };
+    // Containers mount a pin of this very directory, never its path;
+    // root's directory is id-mapped to the user its commands run as. Not
+    // under gVisor: its file server creates files as root and then hands
+    // them over, and root has no id in the map, so every create through
+    // such a pin fails (EOVERFLOW) while changes to existing files work; a
+    // checkout that is plainly read-only to commands is the clearer one.
+    let user = command_user(ws.owner(), config.sandbox.default_user);
+    let no_idmap = (config.sandbox.runtime.as_deref() == Some(sandbox::runsc::NAME))
+        .then_some("under gVisor, files cannot be created through an id-mapped mount");
+    let volume = match again {
+        None => volumes.pin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?,
+        Some(_) => volumes.repin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?,
+    };
+    Ok((ws, volume))
+}
+
+/// Opens the existing directory `path` as a workspace, if it lies under an
+/// allowed root (by its path as asked, and by the path of what was opened)
+/// and holds nothing of the service's own.
+fn open_lent(config: &Config, locks: Arc<PathLocks>, path: &str) -> Result<Workspace, Error> {
     let not_allowed = || Error::WorkspaceNotAllowed {
-        path: path.clone(),
+        path: path.to_string(),
         allowed: config.allowed_roots.clone(),
     };
     // Refused before the path is touched, so that what lies outside the
     // allowed roots (whether a path exists, what it is) is never told.
-    let asked = Path::new(&path);
+    let asked = Path::new(path);
     let lexically_inside = asked.is_absolute()
         && !asked
             .components()
@@ -250,9 +303,9 @@ fn open_workspace(
     if !lexically_inside {
         return Err(not_allowed());
     }
-    let ws = Workspace::open(Path::new(&path), locks, config.limits.clone()).map_err(|source| {
+    let ws = Workspace::open(asked, locks, config.limits.clone()).map_err(|source| {
         Error::OpenWorkspace {
-            path: path.clone(),
+            path: path.to_string(),
             source,
         }
     })?;
@@ -278,33 +331,9 @@ fn open_workspace(
         .flatten()
         .any(|p| host.starts_with(p) || p.starts_with(host))
     {
-        return Err(Error::OverlapsState { path });
+        return Err(Error::OverlapsState {
+            path: path.to_string(),
+        });
     }
-    // Containers mount a pin of this very directory, never its path;
-    // root's directory is id-mapped to the user its commands run as. Not
-    // under gVisor: its file server creates files as root and then hands
-    // them over, and root has no id in the map, so every create through
-    // such a pin fails (EOVERFLOW) while changes to existing files work; a
-    // checkout that is plainly read-only to commands is the clearer one.
-    let user = command_user(ws.owner(), config.sandbox.default_user);
-    let no_idmap = (config.sandbox.runtime.as_deref() == Some(sandbox::runsc::NAME))
-        .then_some("under gVisor, files cannot be created through an id-mapped mount");
-    let volume = match again {
-        None => volumes.pin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?,
-        Some(identity) => {
-            // The path may name another directory by now (renamed, swapped
-            // for a link): only the very one the session was lent is taken.
-            let st = rustix::fs::fstat(ws.root_fd()).map_err(|e| Error::OpenWorkspace {
-                path: path.clone(),
-                source: e.into(),
-            })?;
-            if (st.st_dev, st.st_ino) != identity {
-                return Err(Error::Volume(crate::volume::Error::Gone(format!(
-                    "{path} is no longer the directory the session was lent"
-                ))));
-            }
-            volumes.repin(id, ws.root_fd(), ws.host_path(), user, no_idmap)?
-        }
-    };
-    Ok((ws, volume))
+    Ok(ws)
 }

@@ -33,6 +33,7 @@ mod metrics;
 mod policy;
 mod report;
 mod restart_deep;
+mod restart_moved;
 mod scan_bounds;
 mod session_tokens;
 mod sessions;

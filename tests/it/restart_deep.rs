@@ -34,7 +34,7 @@ fn deep_tree(top: &Path, depth: usize) -> OwnedFd {
     fd
 }
 
-fn serve(roots: &Path, state: &Path, port: u16) -> Child {
+pub(crate) fn serve(roots: &Path, state: &Path, port: u16) -> Child {
     Command::new(SANDBOXD)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--pool-size", "0", "--no-token"])
@@ -49,7 +49,7 @@ fn serve(roots: &Path, state: &Path, port: u16) -> Child {
         .unwrap()
 }
 
-async fn client(port: u16) -> SandboxClient<tonic::transport::Channel> {
+pub(crate) async fn client(port: u16) -> SandboxClient<tonic::transport::Channel> {
     let addr = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -63,7 +63,7 @@ async fn client(port: u16) -> SandboxClient<tonic::transport::Channel> {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }

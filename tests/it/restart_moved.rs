@@ -1,0 +1,130 @@
+//! A lent directory that was moved while the service was down (it, or an
+//! ancestor, renamed, and something else put at its old path, as another
+//! session's command over an ancestor can do) comes back at a restart
+//! where the running service had it: found through the pin its earlier
+//! instance left (kept by a clean stop, left by a kill), never through the
+//! recorded path. Without the pin (the host restarted) it is not brought
+//! back, and what now lies at the old path is never taken for it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use sandboxd::pb::{self, sandbox_client::SandboxClient};
+
+use crate::lifecycle::Unmount;
+use crate::restart_deep::{client, free_port, serve};
+
+async fn listed(c: &mut SandboxClient<tonic::transport::Channel>) -> Vec<pb::Session> {
+    c.list_sessions(pb::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+}
+
+async fn read(c: &mut SandboxClient<tonic::transport::Channel>, id: &str, path: &str) -> String {
+    c.read_file(crate::common::read_req(id, path))
+        .await
+        .unwrap()
+        .into_inner()
+        .content
+}
+
+fn stop(child: &mut std::process::Child, signal: rustix::process::Signal) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        signal,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_pin() {
+    let base = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let state = base.path().join("state");
+    let _unmount = Unmount(state.clone());
+    let roots = base.path().join("roots");
+    std::fs::create_dir_all(roots.join("x/a")).unwrap();
+    std::fs::write(roots.join("x/a/f"), "mine\n").unwrap();
+    // What the old paths will lead to: a directory the session was never
+    // lent.
+    std::fs::create_dir_all(roots.join("decoy/a")).unwrap();
+    std::fs::write(roots.join("decoy/a/f"), "decoy\n").unwrap();
+
+    let port = free_port();
+    let mut served = serve(&roots, &state, port);
+    let mut c = client(port).await;
+    let id = c
+        .create_session(pb::CreateSessionRequest {
+            workspace_path: roots.join("x/a").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+
+    // Killed; then the ancestor is moved and a link put in its place.
+    stop(&mut served, rustix::process::Signal::KILL);
+    std::fs::rename(roots.join("x"), roots.join("x2")).unwrap();
+    std::os::unix::fs::symlink(roots.join("decoy"), roots.join("x")).unwrap();
+    let port = free_port();
+    let mut served = serve(&roots, &state, port);
+    let mut c = client(port).await;
+    let sessions = listed(&mut c).await;
+    let back = sessions
+        .iter()
+        .find(|s| s.session_id == id)
+        .expect("the session came back after the kill");
+    assert_eq!(Path::new(&back.workspace_path), roots.join("x2/a"));
+    assert_eq!(read(&mut c, &id, "f").await, "mine\n");
+    c.create_file(pb::CreateFileRequest {
+        session_id: id.clone(),
+        path: "new.txt".into(),
+        content: "after\n".into(),
+    })
+    .await
+    .unwrap();
+    assert!(roots.join("x2/a/new.txt").exists());
+    assert!(!roots.join("decoy/a/new.txt").exists());
+
+    // Stopped cleanly; the directory itself is moved and another made at
+    // the path it had.
+    stop(&mut served, rustix::process::Signal::TERM);
+    std::fs::rename(roots.join("x2/a"), roots.join("x2/b")).unwrap();
+    std::fs::create_dir(roots.join("x2/a")).unwrap();
+    std::fs::write(roots.join("x2/a/f"), "impostor\n").unwrap();
+    let port = free_port();
+    let mut served = serve(&roots, &state, port);
+    let mut c = client(port).await;
+    let sessions = listed(&mut c).await;
+    let back = sessions
+        .iter()
+        .find(|s| s.session_id == id)
+        .expect("the session came back after a clean stop");
+    assert_eq!(Path::new(&back.workspace_path), roots.join("x2/b"));
+    assert_eq!(read(&mut c, &id, "f").await, "mine\n");
+
+    // The host restarts (no pin is left), and the directory moves again:
+    // nothing at its old path is taken for it.
+    stop(&mut served, rustix::process::Signal::KILL);
+    crate::common::unmount_under(&state);
+    std::fs::rename(roots.join("x2/b"), roots.join("x2/c")).unwrap();
+    let port = free_port();
+    let mut served = serve(&roots, &state, port);
+    let mut c = client(port).await;
+    assert!(
+        !listed(&mut c)
+            .await
+            .iter()
+            .any(|s| s.session_id == id),
+        "a session came back over a directory it was not lent"
+    );
+    assert_eq!(
+        std::fs::read_to_string(roots.join("x2/c/f")).unwrap(),
+        "mine\n"
+    );
+    stop(&mut served, rustix::process::Signal::TERM);
+}
