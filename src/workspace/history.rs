@@ -542,7 +542,14 @@ impl History {
             let cache = st.cache.clone();
             let root = ws.root_fd();
             let current = scan_until(root, cache.as_deref(), limits.scan, None, &stop)?;
-            let restored = restore::restore(root, &current, &target, &st.store, ws.new_owner())?;
+            let restored = restore::restore(
+                root,
+                &current,
+                &target,
+                &st.store,
+                ws.new_owner(),
+                ws.intents(),
+            )?;
             // Read back: what the workspace holds now.
             // Not cancelled: the workspace has changed, and the cache must
             // say what it holds now.

@@ -71,7 +71,7 @@ fn a_restore_brings_back_contents_modes_links_and_removes_what_was_added() {
     .unwrap();
     let now = scan(&r, Some(&cp), ScanLimits::default(), None).unwrap();
     assert_ne!(now.digest(), cp.digest());
-    let done = restore::restore(&r, &now, &cp, &store, None).unwrap();
+    let done = restore::restore(&r, &now, &cp, &store, None, None).unwrap();
     assert_eq!(done.written, 3, "{done:?}"); // a.py, deep/b.txt, link
     let after = scan(&r, None, ScanLimits::default(), None).unwrap();
     assert_eq!(after.digest(), cp.digest());
@@ -315,7 +315,7 @@ fn a_mode_is_never_set_through_a_symlink() {
     let r = root(ws.path());
     // A restore, an upload or a patch setting the mode of what was a file
     // or a directory when it was planned, and is a symlink now.
-    let stage = restore::Stage::new(&r, "test").unwrap();
+    let stage = restore::Stage::new(&r, "test", None).unwrap();
     for path in [&b"d/victim"[..], b"dirlink", b"dirlink/secret"] {
         let steps = [restore::Step::Chmod(path, 0o777)];
         assert!(
@@ -388,7 +388,7 @@ fn a_picture_and_its_store_read_back_are_the_picture_and_restore_it() {
     // The picture read back restores the tree.
     fs::write(ws.path().join("src/a.py"), "changed\n").unwrap();
     let now = scan(&r, None, ScanLimits::default(), None).unwrap();
-    restore::restore(&r, &now, &back, &again, None).unwrap();
+    restore::restore(&r, &now, &back, &again, None, None).unwrap();
     assert_eq!(
         fs::read_to_string(ws.path().join("src/a.py")).unwrap(),
         "one\ntwo\nthree\n"
