@@ -421,7 +421,7 @@ pub fn raise_fd_limit() -> Option<u64> {
         && soft < hard
     {
         limit.current = Some(hard);
-        if let Err(e) = setrlimit(Resource::Nofile, limit.clone()) {
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
             tracing::debug!(error = %e, "cannot raise the open files limit");
             return Some(soft);
         }
