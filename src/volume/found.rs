@@ -37,7 +37,12 @@ impl Volumes {
     /// is `identity`, and it can be reached through one of `within`
     /// (directories on the same filesystem, such as the allowed roots);
     /// its path as the kernel names it then, under that directory. Blocking.
-    pub fn pinned_path(&self, id: &str, identity: (u64, u64), within: &[PathBuf]) -> Option<PathBuf> {
+    pub fn pinned_path(
+        &self,
+        id: &str,
+        identity: (u64, u64),
+        within: &[PathBuf],
+    ) -> Option<PathBuf> {
         check_id(id).ok()?;
         let pin = rustix::fs::openat(
             &self.inner.pins.fd,
@@ -71,7 +76,9 @@ impl Volumes {
         if taken != 0 {
             return None;
         }
-        within.iter().find_map(|root| reach(root, &mut handle, identity))
+        within
+            .iter()
+            .find_map(|root| reach(root, &mut handle, identity))
     }
 }
 
@@ -106,6 +113,6 @@ fn reach(root: &Path, handle: &mut Handle, identity: (u64, u64)) -> Option<PathB
     if (st.st_dev, st.st_ino) != identity {
         return None;
     }
-    let path = PathBuf::from(std::fs::read_link(proc_fd_path(&dir)).ok()?);
+    let path = std::fs::read_link(proc_fd_path(&dir)).ok()?;
     (path.is_absolute() && path.starts_with(root)).then_some(path)
 }
