@@ -116,10 +116,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     let mut served = serve(&roots, &state, port);
     let mut c = client(port).await;
     assert!(
-        !listed(&mut c)
-            .await
-            .iter()
-            .any(|s| s.session_id == id),
+        !listed(&mut c).await.iter().any(|s| s.session_id == id),
         "a session came back over a directory it was not lent"
     );
     assert_eq!(
