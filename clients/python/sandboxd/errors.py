@@ -363,6 +363,14 @@ class ArchiveConflict(ArchiveRefused, reason="ARCHIVE_CONFLICT"):
     """An entry is a file where the workspace has a directory, or the reverse."""
 
 
+class ArchiveHeaderTooLarge(ArchiveRefused, reason="ARCHIVE_HEADER_TOO_LARGE"):
+    """An extension record (a long name or link, PAX headers) is past its bound (metadata: limit)."""
+
+
+class TransferTooSlow(ArchiveRefused, reason="TRANSFER_TOO_SLOW"):
+    """An upload or download fell below the minimum pace while holding a slot (metadata: limit)."""
+
+
 class DownloadTooLarge(ArchiveRefused, reason="DOWNLOAD_TOO_LARGE"):
     """The download passed max_bytes."""
 
@@ -384,6 +392,10 @@ class PatchContextMismatch(PatchRefused, reason="PATCH_CONTEXT_MISMATCH"):
 
 class PatchContextAmbiguous(PatchRefused, reason="PATCH_CONTEXT_AMBIGUOUS"):
     """A hunk matches at several places (metadata: path, hunk)."""
+
+
+class PatchSearchBudget(PatchRefused, reason="PATCH_SEARCH_BUDGET"):
+    """Finding the patch's hunks away from where they say took more than the budget (metadata: limit)."""
 
 
 # --- checkpoints and restores -------------------------------------------------
@@ -409,6 +421,14 @@ class TreeTooLarge(CheckpointRefused, reason="TREE_TOO_LARGE"):
     """The workspace holds too many entries to checkpoint."""
 
 
+class ScanLimitReached(CheckpointRefused, reason="SCAN_LIMIT_REACHED"):
+    """Reading the workspace passed the bytes or time one scan may take (metadata: limit, bound)."""
+
+
+class CheckpointMemoryFull(CheckpointRefused, reason="CHECKPOINT_MEMORY_FULL"):
+    """The session's pictures (its checkpoints and starting point) fill their memory share."""
+
+
 class NoStartingPoint(CheckpointRefused, reason="NO_STARTING_POINT"):
     """The session's starting picture is missing, so changes cannot be listed."""
 
@@ -432,8 +452,8 @@ class DeadlineExceeded(TransportError):
     """The call's deadline passed."""
 
 
-class Cancelled(TransportError):
-    """The call was cancelled."""
+class Cancelled(TransportError, reason="CANCELLED"):
+    """The call was cancelled (by the caller, or while the workspace was read)."""
 
 
 #: Every reason this client knows, mapped to its class.
