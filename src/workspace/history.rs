@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-use super::Workspace;
+use super::{Cancel, Workspace};
 use super::tree::changes::{self, Bounds, Changes};
 use super::tree::restore::{self, Restored};
 use super::tree::store::Store;
@@ -214,23 +214,6 @@ pub struct History {
     /// A copy of the checkpoints' listing, updated under `state`'s lock
     /// whenever they change, read without it.
     listing: Arc<std::sync::Mutex<Listing>>,
-}
-
-/// Raises its flag when dropped: held by the future of a call whose scan
-/// runs on the blocking pool, so that the scan stops when the caller goes.
-#[derive(Default)]
-struct Cancel(Arc<AtomicBool>);
-
-impl Cancel {
-    fn flag(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.0)
-    }
-}
-
-impl Drop for Cancel {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Publishes the checkpoints of `st` (with what each alone holds) to

@@ -582,9 +582,9 @@ impl Workspace {
     }
 }
 
-/// Tells a walk on the blocking pool that its caller went away: dropped
-/// with the caller's future (a client that hangs up), it raises the flag
-/// the walk checks between files.
+/// Tells a walk or a scan on the blocking pool that its caller went away:
+/// dropped with the caller's future (a client that hangs up), it raises
+/// the flag the work checks between files (and a scan, between chunks).
 #[derive(Default)]
 struct Cancel(Arc<AtomicBool>);
 

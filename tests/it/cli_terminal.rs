@@ -150,7 +150,7 @@ async fn file_contents_reach_a_terminal_shown_and_a_pipe_exact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn search_matches_and_file_names_reach_a_terminal_shown_and_a_pipe_exact() {
+async fn search_matches_reach_a_terminal_shown_and_a_pipe_exact_and_file_names_quoted() {
     let srv = TestServer::start().await;
     let (sid, ws) = srv.session().await;
     std::fs::write(ws.join("log.txt"), HOSTILE).unwrap();
@@ -172,18 +172,23 @@ async fn search_matches_and_file_names_reach_a_terminal_shown_and_a_pipe_exact()
         "log.txt:2: ^[[1A^[[2K[exit 0 in 1 ms]^Mall tests passed\n"
     );
 
+    // A name is one line in a listing, whatever it holds: quoted as git
+    // quotes it, piped or not, so a newline in a name cannot forge a line
+    // for a program reading the list.
+    let quoted = "\"x\\033]0;owned\\a\\033[2K.txt\"";
     let find = client_args(srv.addr, &sid, &["find", "x*"]);
     let out = piped(&find);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{name}\n"));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{quoted}\n"));
     let (shown, _) = on_terminal(&find);
-    assert_eq!(shown, "x^[]0;owned^G^[[2K.txt\n");
+    assert_eq!(shown, format!("{quoted}\n"));
 
     let ls = client_args(srv.addr, &sid, &["ls"]);
     let out = piped(&ls);
-    assert!(String::from_utf8(out.stdout).unwrap().contains(name));
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(listed.contains(quoted) && !listed.contains(name), "{listed:?}");
     let (shown, _) = on_terminal(&ls);
-    assert!(shown.contains("x^[]0;owned^G^[[2K.txt\n"), "{shown:?}");
+    assert!(shown.contains(&format!("{quoted}\n")), "{shown:?}");
 
     // A refusal that echoes a path: shown on stderr, on a line of its own.
     let missing = client_args(srv.addr, &sid, &["read", "gone\x1b[2K.txt"]);
