@@ -133,6 +133,9 @@ pub struct CheckpointInfo {
 struct Checkpoint {
     info: CheckpointInfo,
     manifest: Arc<Manifest>,
+    /// What its picture holds in memory ([`Manifest::memory`], counted
+    /// once: it walks every entry).
+    memory: usize,
 }
 
 /// A checkpoint just taken.
@@ -194,6 +197,8 @@ struct Listing {
 struct State {
     store: Store,
     baseline: Baseline,
+    /// What the baseline's picture holds in memory (0 until taken).
+    baseline_memory: usize,
     checkpoints: Vec<Checkpoint>,
     deleted: HashSet<String>,
     /// The last picture taken: the cache of the next scan.
@@ -255,6 +260,7 @@ impl History {
             state: Arc::new(Mutex::new(State {
                 store: Store::new(store_dir, budget),
                 baseline: Baseline::NotYet,
+                baseline_memory: 0,
                 checkpoints: Vec::new(),
                 deleted: HashSet::new(),
                 cache: None,
@@ -272,6 +278,7 @@ impl History {
     pub async fn lose_baseline(&self, why: String) {
         let mut state = self.state.lock().await;
         state.baseline = Baseline::Failed(why);
+        state.baseline_memory = 0;
         self.begun.store(true, Ordering::Release);
     }
 
@@ -329,6 +336,7 @@ impl History {
                 Ok(m) => {
                     st.store.retain(&m);
                     st.store.seal();
+                    st.baseline_memory = m.memory();
                     let m = Arc::new(m);
                     st.cache = Some(Arc::clone(&m));
                     Baseline::Taken(m)
@@ -395,19 +403,13 @@ impl History {
                 st.store.collect();
                 return Err(e.into());
             }
-            let baseline = match &st.baseline {
-                Baseline::Taken(b) => b.memory(),
-                _ => 0,
-            };
-            let held: usize = baseline
-                + st.checkpoints
-                    .iter()
-                    .map(|c| c.manifest.memory())
-                    .sum::<usize>();
-            if held + m.memory() > limits.max_memory {
+            let held: usize =
+                st.baseline_memory + st.checkpoints.iter().map(|c| c.memory).sum::<usize>();
+            let memory = m.memory();
+            if held + memory > limits.max_memory {
                 st.store.collect();
                 return Err(Error::TooLarge {
-                    bytes: held + m.memory(),
+                    bytes: held + memory,
                     limit: limits.max_memory,
                 });
             }
@@ -430,6 +432,7 @@ impl History {
             st.checkpoints.push(Checkpoint {
                 info: info.clone(),
                 manifest: Arc::clone(&m),
+                memory,
             });
             persist(st, Some((&name, &m)));
             publish(&listing, st);

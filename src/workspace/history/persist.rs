@@ -40,12 +40,14 @@ impl History {
                 _ => true,
             })
         };
+        let mut baseline_memory = 0;
         let baseline = match kept.baseline {
             None => Baseline::NotYet,
             Some(Err(why)) => Baseline::Failed(why),
             Some(Ok(())) => match read_picture(store.dir(), BASELINE) {
                 Ok(m) if whole(&store, &m) => {
                     store.retain(&m);
+                    baseline_memory = m.memory();
                     Baseline::Taken(Arc::new(m))
                 }
                 Ok(_) => Baseline::Failed("its kept contents are incomplete".into()),
@@ -67,6 +69,7 @@ impl History {
                             own_bytes: 0,
                             digest: c.digest,
                         },
+                        memory: m.memory(),
                         manifest: Arc::new(m),
                     });
                 }
@@ -83,6 +86,7 @@ impl History {
         let state = State {
             store,
             baseline,
+            baseline_memory,
             checkpoints,
             deleted: kept.deleted.into_iter().collect(),
             // Nothing read back is trusted as a scan's cache.
