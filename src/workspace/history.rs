@@ -35,11 +35,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 
-use super::{Cancel, Workspace};
 use super::tree::changes::{self, Bounds, Changes};
 use super::tree::restore::{self, Restored};
 use super::tree::store::Store;
 use super::tree::{Manifest, ScanError, ScanLimits, scan_until};
+use super::{Cancel, Workspace};
 use persist::{BASELINE, persist, picture_name};
 
 /// Bounds of a history.

@@ -179,14 +179,20 @@ async fn search_matches_reach_a_terminal_shown_and_a_pipe_exact_and_file_names_q
     let find = client_args(srv.addr, &sid, &["find", "x*"]);
     let out = piped(&find);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{quoted}\n"));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{quoted}\n")
+    );
     let (shown, _) = on_terminal(&find);
     assert_eq!(shown, format!("{quoted}\n"));
 
     let ls = client_args(srv.addr, &sid, &["ls"]);
     let out = piped(&ls);
     let listed = String::from_utf8(out.stdout).unwrap();
-    assert!(listed.contains(quoted) && !listed.contains(name), "{listed:?}");
+    assert!(
+        listed.contains(quoted) && !listed.contains(name),
+        "{listed:?}"
+    );
     let (shown, _) = on_terminal(&ls);
     assert!(shown.contains(&format!("{quoted}\n")), "{shown:?}");
 
