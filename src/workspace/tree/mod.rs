@@ -21,6 +21,7 @@
 //! tick around a scan is read again, never taken for unchanged.
 
 pub mod changes;
+mod chmod;
 pub mod intent;
 pub mod restore;
 pub mod scan;
