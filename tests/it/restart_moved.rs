@@ -30,7 +30,17 @@ async fn read(c: &mut SandboxClient<tonic::transport::Channel>, id: &str, path: 
         .content
 }
 
-fn stop(child: &mut std::process::Child, signal: rustix::process::Signal) {
+/// A service that is killed if the test ends before it stops it.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn stop(Serving(child): &mut Serving, signal: rustix::process::Signal) {
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
         signal,
@@ -54,7 +64,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     std::fs::write(roots.join("decoy/a/f"), "decoy\n").unwrap();
 
     let port = free_port();
-    let mut served = serve(&roots, &state, port);
+    let mut served = Serving(serve(&roots, &state, port));
     let mut c = client(port).await;
     let id = c
         .create_session(pb::CreateSessionRequest {
@@ -71,7 +81,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     std::fs::rename(roots.join("x"), roots.join("x2")).unwrap();
     std::os::unix::fs::symlink(roots.join("decoy"), roots.join("x")).unwrap();
     let port = free_port();
-    let mut served = serve(&roots, &state, port);
+    let mut served = Serving(serve(&roots, &state, port));
     let mut c = client(port).await;
     let sessions = listed(&mut c).await;
     let back = sessions
@@ -97,7 +107,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     std::fs::create_dir(roots.join("x2/a")).unwrap();
     std::fs::write(roots.join("x2/a/f"), "impostor\n").unwrap();
     let port = free_port();
-    let mut served = serve(&roots, &state, port);
+    let mut served = Serving(serve(&roots, &state, port));
     let mut c = client(port).await;
     let sessions = listed(&mut c).await;
     let back = sessions
@@ -113,7 +123,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     crate::common::unmount_under(&state);
     std::fs::rename(roots.join("x2/b"), roots.join("x2/c")).unwrap();
     let port = free_port();
-    let mut served = serve(&roots, &state, port);
+    let mut served = Serving(serve(&roots, &state, port));
     let mut c = client(port).await;
     assert!(
         !listed(&mut c).await.iter().any(|s| s.session_id == id),
