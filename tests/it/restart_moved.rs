@@ -14,6 +14,27 @@ use sandboxd::pb::{self, sandbox_client::SandboxClient};
 use crate::lifecycle::Unmount;
 use crate::restart_deep::{client, free_port, serve};
 
+/// Starts the service again over `state`; returns it, a client, and the
+/// session `id` as it lists it, if it came back.
+async fn again(
+    roots: &Path,
+    state: &Path,
+    id: &str,
+) -> (
+    Serving,
+    SandboxClient<tonic::transport::Channel>,
+    Option<pb::Session>,
+) {
+    let port = free_port();
+    let served = Serving(serve(roots, state, port));
+    let mut c = client(port).await;
+    let back = listed(&mut c)
+        .await
+        .into_iter()
+        .find(|s| s.session_id == id);
+    (served, c, back)
+}
+
 async fn listed(c: &mut SandboxClient<tonic::transport::Channel>) -> Vec<pb::Session> {
     c.list_sessions(pb::ListSessionsRequest {})
         .await
@@ -80,14 +101,8 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     stop(&mut served, rustix::process::Signal::KILL);
     std::fs::rename(roots.join("x"), roots.join("x2")).unwrap();
     std::os::unix::fs::symlink(roots.join("decoy"), roots.join("x")).unwrap();
-    let port = free_port();
-    let mut served = Serving(serve(&roots, &state, port));
-    let mut c = client(port).await;
-    let sessions = listed(&mut c).await;
-    let back = sessions
-        .iter()
-        .find(|s| s.session_id == id)
-        .expect("the session came back after the kill");
+    let (mut served, mut c, back) = again(&roots, &state, &id).await;
+    let back = back.expect("the session came back after the kill");
     assert_eq!(Path::new(&back.workspace_path), roots.join("x2/a"));
     assert_eq!(read(&mut c, &id, "f").await, "mine\n");
     c.create_file(pb::CreateFileRequest {
@@ -106,14 +121,8 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     std::fs::rename(roots.join("x2/a"), roots.join("x2/b")).unwrap();
     std::fs::create_dir(roots.join("x2/a")).unwrap();
     std::fs::write(roots.join("x2/a/f"), "impostor\n").unwrap();
-    let port = free_port();
-    let mut served = Serving(serve(&roots, &state, port));
-    let mut c = client(port).await;
-    let sessions = listed(&mut c).await;
-    let back = sessions
-        .iter()
-        .find(|s| s.session_id == id)
-        .expect("the session came back after a clean stop");
+    let (mut served, mut c, back) = again(&roots, &state, &id).await;
+    let back = back.expect("the session came back after a clean stop");
     assert_eq!(Path::new(&back.workspace_path), roots.join("x2/b"));
     assert_eq!(read(&mut c, &id, "f").await, "mine\n");
 
@@ -122,11 +131,9 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     stop(&mut served, rustix::process::Signal::KILL);
     crate::common::unmount_under(&state);
     std::fs::rename(roots.join("x2/b"), roots.join("x2/c")).unwrap();
-    let port = free_port();
-    let mut served = Serving(serve(&roots, &state, port));
-    let mut c = client(port).await;
+    let (mut served, _, back) = again(&roots, &state, &id).await;
     assert!(
-        !listed(&mut c).await.iter().any(|s| s.session_id == id),
+        back.is_none(),
         "a session came back over a directory it was not lent"
     );
     assert_eq!(
