@@ -6,7 +6,8 @@ use super::changes::{Bounds, Kind};
 use super::store::Store;
 use super::*;
 
-fn root(p: &Path) -> OwnedFd {
+/// An `O_PATH` fd of the directory `p`, as a workspace root.
+pub(super) fn root(p: &Path) -> OwnedFd {
     rustix::fs::open(
         p,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -15,7 +16,8 @@ fn root(p: &Path) -> OwnedFd {
     .unwrap()
 }
 
-fn store(dir: &Path, budget: u64) -> Store {
+/// A store kept in the directory `dir`.
+pub(super) fn store(dir: &Path, budget: u64) -> Store {
     let fd = rustix::fs::open(
         dir,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,

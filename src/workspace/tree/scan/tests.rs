@@ -3,29 +3,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustix::fs::{Mode, OFlags};
-
-use super::super::store::Store;
+use super::super::tests::{root, store};
 use super::*;
-
-fn root(p: &Path) -> OwnedFd {
-    rustix::fs::open(
-        p,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .unwrap()
-}
-
-fn store(dir: &Path, budget: u64) -> Store {
-    let fd = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .unwrap();
-    Store::new(fd, budget)
-}
 
 fn sparse(path: &Path, size: u64) {
     fs::File::create(path).unwrap().set_len(size).unwrap();
