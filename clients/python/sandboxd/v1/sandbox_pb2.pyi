@@ -37,6 +37,12 @@ class PatchAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PATCH_ACTION_CREATED: _ClassVar[PatchAction]
     PATCH_ACTION_DELETED: _ClassVar[PatchAction]
     PATCH_ACTION_RENAMED: _ClassVar[PatchAction]
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    VERDICT_APPROVE: _ClassVar[Verdict]
+    VERDICT_REJECT: _ClassVar[Verdict]
 KILLED_BY_NONE: KilledBy
 KILLED_BY_PROCESS_GROUP_TERM: KilledBy
 KILLED_BY_PROCESS_GROUP_KILL: KilledBy
@@ -56,18 +62,29 @@ PATCH_ACTION_MODIFIED: PatchAction
 PATCH_ACTION_CREATED: PatchAction
 PATCH_ACTION_DELETED: PatchAction
 PATCH_ACTION_RENAMED: PatchAction
+VERDICT_UNSPECIFIED: Verdict
+VERDICT_APPROVE: Verdict
+VERDICT_REJECT: Verdict
 
 class Policy(_message.Message):
-    __slots__ = ("read_only", "deny_writes", "allow_writes", "guard_patterns")
+    __slots__ = ("read_only", "deny_writes", "allow_writes", "guard_patterns", "ask_writes", "ask_commands", "ask_tools", "plan_files")
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     DENY_WRITES_FIELD_NUMBER: _ClassVar[int]
     ALLOW_WRITES_FIELD_NUMBER: _ClassVar[int]
     GUARD_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    ASK_WRITES_FIELD_NUMBER: _ClassVar[int]
+    ASK_COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    ASK_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FILES_FIELD_NUMBER: _ClassVar[int]
     read_only: bool
     deny_writes: _containers.RepeatedScalarFieldContainer[str]
     allow_writes: _containers.RepeatedScalarFieldContainer[str]
     guard_patterns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, read_only: _Optional[bool] = ..., deny_writes: _Optional[_Iterable[str]] = ..., allow_writes: _Optional[_Iterable[str]] = ..., guard_patterns: _Optional[_Iterable[str]] = ...) -> None: ...
+    ask_writes: _containers.RepeatedScalarFieldContainer[str]
+    ask_commands: _containers.RepeatedScalarFieldContainer[str]
+    ask_tools: _containers.RepeatedScalarFieldContainer[str]
+    plan_files: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, read_only: _Optional[bool] = ..., deny_writes: _Optional[_Iterable[str]] = ..., allow_writes: _Optional[_Iterable[str]] = ..., guard_patterns: _Optional[_Iterable[str]] = ..., ask_writes: _Optional[_Iterable[str]] = ..., ask_commands: _Optional[_Iterable[str]] = ..., ask_tools: _Optional[_Iterable[str]] = ..., plan_files: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("memory_bytes", "nano_cpus", "pids", "disk_bytes", "inodes")
@@ -84,7 +101,7 @@ class Limits(_message.Message):
     def __init__(self, memory_bytes: _Optional[int] = ..., nano_cpus: _Optional[int] = ..., pids: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., inodes: _Optional[int] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("image", "workspace_path", "limits", "env", "ttl_seconds", "read_only", "policy", "default_timeout_ms", "environment")
+    __slots__ = ("image", "workspace_path", "limits", "env", "ttl_seconds", "read_only", "policy", "default_timeout_ms", "environment", "unattended")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +118,7 @@ class CreateSessionRequest(_message.Message):
     POLICY_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    UNATTENDED_FIELD_NUMBER: _ClassVar[int]
     image: str
     workspace_path: str
     limits: Limits
@@ -110,10 +128,11 @@ class CreateSessionRequest(_message.Message):
     policy: Policy
     default_timeout_ms: int
     environment: str
-    def __init__(self, image: _Optional[str] = ..., workspace_path: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., ttl_seconds: _Optional[int] = ..., read_only: _Optional[bool] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ...) -> None: ...
+    unattended: bool
+    def __init__(self, image: _Optional[str] = ..., workspace_path: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., ttl_seconds: _Optional[int] = ..., read_only: _Optional[bool] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ..., unattended: _Optional[bool] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "workspace_path", "owns_workspace", "ttl_seconds", "created_at", "last_used_at", "image", "container_id", "limits", "sandbox_status", "policy", "default_timeout_ms", "environment", "notes", "session_token")
+    __slots__ = ("session_id", "workspace_path", "owns_workspace", "ttl_seconds", "created_at", "last_used_at", "image", "container_id", "limits", "sandbox_status", "policy", "default_timeout_ms", "environment", "notes", "session_token", "unattended", "plan")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_PATH_FIELD_NUMBER: _ClassVar[int]
     OWNS_WORKSPACE_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +148,8 @@ class Session(_message.Message):
     ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    UNATTENDED_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     workspace_path: str
     owns_workspace: bool
@@ -144,7 +165,9 @@ class Session(_message.Message):
     environment: str
     notes: _containers.RepeatedScalarFieldContainer[str]
     session_token: str
-    def __init__(self, session_id: _Optional[str] = ..., workspace_path: _Optional[str] = ..., owns_workspace: _Optional[bool] = ..., ttl_seconds: _Optional[int] = ..., created_at: _Optional[int] = ..., last_used_at: _Optional[int] = ..., image: _Optional[str] = ..., container_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., sandbox_status: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., session_token: _Optional[str] = ...) -> None: ...
+    unattended: bool
+    plan: ApprovedPlan
+    def __init__(self, session_id: _Optional[str] = ..., workspace_path: _Optional[str] = ..., owns_workspace: _Optional[bool] = ..., ttl_seconds: _Optional[int] = ..., created_at: _Optional[int] = ..., last_used_at: _Optional[int] = ..., image: _Optional[str] = ..., container_id: _Optional[str] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., sandbox_status: _Optional[str] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ..., default_timeout_ms: _Optional[int] = ..., environment: _Optional[str] = ..., notes: _Optional[_Iterable[str]] = ..., session_token: _Optional[str] = ..., unattended: _Optional[bool] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -207,7 +230,7 @@ class GetSessionReportRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., planned_files: _Optional[_Iterable[str]] = ..., verification_command: _Optional[str] = ...) -> None: ...
 
 class SessionReport(_message.Message):
-    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints")
+    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +244,7 @@ class SessionReport(_message.Message):
     JOURNAL_DROPPED_FIELD_NUMBER: _ClassVar[int]
     JOURNAL_FILE_LINES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     files_written: _containers.RepeatedCompositeFieldContainer[FileWrite]
     commands: _containers.RepeatedCompositeFieldContainer[CommandRecord]
@@ -234,7 +258,8 @@ class SessionReport(_message.Message):
     journal_dropped: int
     journal_file_lines_dropped: int
     checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
-    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+    plan: ApprovedPlan
+    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ...) -> None: ...
 
 class FileWrite(_message.Message):
     __slots__ = ("seq", "tool", "path", "sha256_before", "sha256_after")
@@ -365,16 +390,18 @@ class CreateFileRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class CreateFileResponse(_message.Message):
-    __slots__ = ("path", "sha256", "message", "total_lines")
+    __slots__ = ("path", "sha256", "message", "total_lines", "rejected")
     PATH_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_LINES_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     path: str
     sha256: str
     message: str
     total_lines: int
-    def __init__(self, path: _Optional[str] = ..., sha256: _Optional[str] = ..., message: _Optional[str] = ..., total_lines: _Optional[int] = ...) -> None: ...
+    rejected: Rejection
+    def __init__(self, path: _Optional[str] = ..., sha256: _Optional[str] = ..., message: _Optional[str] = ..., total_lines: _Optional[int] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
 
 class Edit(_message.Message):
     __slots__ = ("old_string", "new_string", "replace_all")
@@ -399,7 +426,7 @@ class EditFileRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., edits: _Optional[_Iterable[_Union[Edit, _Mapping]]] = ..., expected_sha256: _Optional[str] = ...) -> None: ...
 
 class EditFileResponse(_message.Message):
-    __slots__ = ("path", "replacements", "first_changed_line", "line_delta", "diff", "sha256", "message", "diff_truncated")
+    __slots__ = ("path", "replacements", "first_changed_line", "line_delta", "diff", "sha256", "message", "diff_truncated", "rejected")
     PATH_FIELD_NUMBER: _ClassVar[int]
     REPLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     FIRST_CHANGED_LINE_FIELD_NUMBER: _ClassVar[int]
@@ -408,6 +435,7 @@ class EditFileResponse(_message.Message):
     SHA256_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DIFF_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     path: str
     replacements: int
     first_changed_line: int
@@ -416,7 +444,8 @@ class EditFileResponse(_message.Message):
     sha256: str
     message: str
     diff_truncated: bool
-    def __init__(self, path: _Optional[str] = ..., replacements: _Optional[int] = ..., first_changed_line: _Optional[int] = ..., line_delta: _Optional[int] = ..., diff: _Optional[str] = ..., sha256: _Optional[str] = ..., message: _Optional[str] = ..., diff_truncated: _Optional[bool] = ...) -> None: ...
+    rejected: Rejection
+    def __init__(self, path: _Optional[str] = ..., replacements: _Optional[int] = ..., first_changed_line: _Optional[int] = ..., line_delta: _Optional[int] = ..., diff: _Optional[str] = ..., sha256: _Optional[str] = ..., message: _Optional[str] = ..., diff_truncated: _Optional[bool] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
 
 class ListDirRequest(_message.Message):
     __slots__ = ("session_id", "path")
@@ -540,16 +569,18 @@ class RunCommandRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., env: _Optional[_Mapping[str, str]] = ..., stdout_cap: _Optional[int] = ..., stderr_cap: _Optional[int] = ...) -> None: ...
 
 class RunCommandEvent(_message.Message):
-    __slots__ = ("started", "stdout", "stderr", "exit")
+    __slots__ = ("started", "stdout", "stderr", "exit", "rejected")
     STARTED_FIELD_NUMBER: _ClassVar[int]
     STDOUT_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     EXIT_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     started: CommandStarted
     stdout: OutputChunk
     stderr: OutputChunk
     exit: CommandExit
-    def __init__(self, started: _Optional[_Union[CommandStarted, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ...) -> None: ...
+    rejected: Rejection
+    def __init__(self, started: _Optional[_Union[CommandStarted, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., exit: _Optional[_Union[CommandExit, _Mapping]] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
 
 class CommandStarted(_message.Message):
     __slots__ = ("container_id", "cwd", "timeout_ms")
@@ -982,9 +1013,179 @@ class PatchedFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., action: _Optional[_Union[PatchAction, str]] = ..., old_path: _Optional[str] = ..., sha256_before: _Optional[str] = ..., sha256_after: _Optional[str] = ..., hunks: _Optional[int] = ..., line_delta: _Optional[int] = ...) -> None: ...
 
 class ApplyPatchResponse(_message.Message):
-    __slots__ = ("files", "message")
+    __slots__ = ("files", "message", "rejected")
     FILES_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
     files: _containers.RepeatedCompositeFieldContainer[PatchedFile]
     message: str
-    def __init__(self, files: _Optional[_Iterable[_Union[PatchedFile, _Mapping]]] = ..., message: _Optional[str] = ...) -> None: ...
+    rejected: Rejection
+    def __init__(self, files: _Optional[_Iterable[_Union[PatchedFile, _Mapping]]] = ..., message: _Optional[str] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
+
+class PlanStep(_message.Message):
+    __slots__ = ("description", "files")
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    description: str
+    files: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, description: _Optional[str] = ..., files: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Plan(_message.Message):
+    __slots__ = ("goal", "steps", "verification", "risks")
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    RISKS_FIELD_NUMBER: _ClassVar[int]
+    goal: str
+    steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
+    verification: str
+    risks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, goal: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., verification: _Optional[str] = ..., risks: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SubmitPlanRequest(_message.Message):
+    __slots__ = ("session_id", "plan")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    plan: Plan
+    def __init__(self, session_id: _Optional[str] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ...) -> None: ...
+
+class WithheldFile(_message.Message):
+    __slots__ = ("path", "rule", "message")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    rule: str
+    message: str
+    def __init__(self, path: _Optional[str] = ..., rule: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Decision(_message.Message):
+    __slots__ = ("decided_by", "note", "decided_at_ms")
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    decided_by: str
+    note: str
+    decided_at_ms: int
+    def __init__(self, decided_by: _Optional[str] = ..., note: _Optional[str] = ..., decided_at_ms: _Optional[int] = ...) -> None: ...
+
+class ApprovedPlan(_message.Message):
+    __slots__ = ("approval_id", "plan", "granted", "withheld", "decision")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    plan: Plan
+    granted: _containers.RepeatedScalarFieldContainer[str]
+    withheld: _containers.RepeatedCompositeFieldContainer[WithheldFile]
+    decision: Decision
+    def __init__(self, approval_id: _Optional[str] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., granted: _Optional[_Iterable[str]] = ..., withheld: _Optional[_Iterable[_Union[WithheldFile, _Mapping]]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ("approval_id", "reason", "timed_out", "decision", "message")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    reason: str
+    timed_out: bool
+    decision: Decision
+    message: str
+    def __init__(self, approval_id: _Optional[str] = ..., reason: _Optional[str] = ..., timed_out: _Optional[bool] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class PlanPending(_message.Message):
+    __slots__ = ("approval_id", "withheld", "expires_at_ms")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    withheld: _containers.RepeatedCompositeFieldContainer[WithheldFile]
+    expires_at_ms: int
+    def __init__(self, approval_id: _Optional[str] = ..., withheld: _Optional[_Iterable[_Union[WithheldFile, _Mapping]]] = ..., expires_at_ms: _Optional[int] = ...) -> None: ...
+
+class PlanEvent(_message.Message):
+    __slots__ = ("pending", "approved", "rejected", "message")
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    pending: PlanPending
+    approved: ApprovedPlan
+    rejected: Rejection
+    message: str
+    def __init__(self, pending: _Optional[_Union[PlanPending, _Mapping]] = ..., approved: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ListPendingApprovalsRequest(_message.Message):
+    __slots__ = ("wait_ms",)
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    wait_ms: int
+    def __init__(self, wait_ms: _Optional[int] = ...) -> None: ...
+
+class PendingCall(_message.Message):
+    __slots__ = ("tool", "summary", "rule", "path", "command")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    summary: str
+    rule: str
+    path: str
+    command: str
+    def __init__(self, tool: _Optional[str] = ..., summary: _Optional[str] = ..., rule: _Optional[str] = ..., path: _Optional[str] = ..., command: _Optional[str] = ...) -> None: ...
+
+class PendingApproval(_message.Message):
+    __slots__ = ("approval_id", "session_id", "workspace_path", "requested_at_ms", "expires_at_ms", "plan", "call", "withheld")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_PATH_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    session_id: str
+    workspace_path: str
+    requested_at_ms: int
+    expires_at_ms: int
+    plan: Plan
+    call: PendingCall
+    withheld: _containers.RepeatedCompositeFieldContainer[WithheldFile]
+    def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., workspace_path: _Optional[str] = ..., requested_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., call: _Optional[_Union[PendingCall, _Mapping]] = ..., withheld: _Optional[_Iterable[_Union[WithheldFile, _Mapping]]] = ...) -> None: ...
+
+class ListPendingApprovalsResponse(_message.Message):
+    __slots__ = ("pending",)
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    pending: _containers.RepeatedCompositeFieldContainer[PendingApproval]
+    def __init__(self, pending: _Optional[_Iterable[_Union[PendingApproval, _Mapping]]] = ...) -> None: ...
+
+class DecideRequest(_message.Message):
+    __slots__ = ("approval_id", "verdict", "note", "decided_by")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    verdict: Verdict
+    note: str
+    decided_by: str
+    def __init__(self, approval_id: _Optional[str] = ..., verdict: _Optional[_Union[Verdict, str]] = ..., note: _Optional[str] = ..., decided_by: _Optional[str] = ...) -> None: ...
+
+class DecideResponse(_message.Message):
+    __slots__ = ("approval_id", "session_id", "outcome", "message")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    session_id: str
+    outcome: str
+    message: str
+    def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...

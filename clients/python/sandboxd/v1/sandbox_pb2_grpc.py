@@ -160,6 +160,21 @@ class SandboxStub:
                 request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveResponse.FromString,
                 _registered_method=True)
+        self.SubmitPlan = channel.unary_stream(
+                '/sandboxd.v1.Sandbox/SubmitPlan',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.SubmitPlanRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.PlanEvent.FromString,
+                _registered_method=True)
+        self.ListPendingApprovals = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/ListPendingApprovals',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsResponse.FromString,
+                _registered_method=True)
+        self.Decide = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/Decide',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxServicer:
@@ -374,6 +389,43 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitPlan(self, request, context):
+        """Plans and approvals: an agent proposes a checkable plan, a person
+        approves it, and the session is granted exactly that plan.
+
+        Proposes a plan for the session. A plan without a goal, without files
+        or without a verification command is refused whole with INVALID_PLAN
+        (nothing of it is kept). Otherwise the stream answers `pending` at
+        once, then `approved` or `rejected`. Approval lifts plan mode
+        (read_only) and grants the file tools exactly the planned files, each
+        checked against the deny rules: files a rule withholds are named with
+        that rule. The verification command and the files become the session's
+        plan, which GetSessionReport reconciles against. Nobody to approve (an
+        `unattended` session, or no approver seen lately) is
+        APPROVAL_UNAVAILABLE at once; an approval nobody answers in time is a
+        rejection ("nobody answered"), never an approval. A session's token may
+        submit for its own session only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPendingApprovals(self, request, context):
+        """Approvers only (the operator's token, or the approver token): plans and
+        `ask` calls waiting for a person, oldest first. Calling it marks an
+        approver as present.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Decide(self, request, context):
+        """Approvers only: approves or rejects one waiting plan or call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -496,6 +548,21 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.DownloadArchive,
                     request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveResponse.SerializeToString,
+            ),
+            'SubmitPlan': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitPlan,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.SubmitPlanRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.PlanEvent.SerializeToString,
+            ),
+            'ListPendingApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingApprovals,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsResponse.SerializeToString,
+            ),
+            'Decide': grpc.unary_unary_rpc_method_handler(
+                    servicer.Decide,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1152,6 +1219,87 @@ class Sandbox:
             '/sandboxd.v1.Sandbox/DownloadArchive',
             sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandbox__pb2.DownloadArchiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/SubmitPlan',
+            sandboxd_dot_v1_dot_sandbox__pb2.SubmitPlanRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.PlanEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/ListPendingApprovals',
+            sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.ListPendingApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Decide(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/Decide',
+            sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.FromString,
             options,
             channel_credentials,
             insecure,
