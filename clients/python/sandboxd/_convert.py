@@ -75,11 +75,17 @@ def session(m: Any) -> t.SessionInfo:
             deny_writes=tuple(m.policy.deny_writes),
             allow_writes=tuple(m.policy.allow_writes),
             guard_patterns=tuple(m.policy.guard_patterns),
+            ask_writes=tuple(m.policy.ask_writes),
+            ask_commands=tuple(m.policy.ask_commands),
+            ask_tools=tuple(m.policy.ask_tools),
+            plan_files=tuple(m.policy.plan_files),
         ),
         default_timeout=_secs(m.default_timeout_ms),
         sandbox_status=m.sandbox_status,
         notes=tuple(m.notes),
         session_token=m.session_token,
+        unattended=m.unattended,
+        plan=approved_plan(m.plan) if m.HasField("plan") else None,
     )
 
 
@@ -97,8 +103,15 @@ def read(m: Any) -> t.ReadResult:
     )
 
 
+def _rejected(m: Any) -> Optional[t.Rejection]:
+    """The ``rejected`` field of a tool's response, if set."""
+    return rejection(m.rejected) if m.HasField("rejected") else None
+
+
 def create(m: Any) -> t.CreateResult:
-    return t.CreateResult(path=m.path, sha256=m.sha256, total_lines=m.total_lines, message=m.message)
+    return t.CreateResult(
+        path=m.path, sha256=m.sha256, total_lines=m.total_lines, message=m.message, rejected=_rejected(m)
+    )
 
 
 def edit(m: Any) -> t.EditResult:
@@ -111,6 +124,7 @@ def edit(m: Any) -> t.EditResult:
         diff_truncated=m.diff_truncated,
         sha256=m.sha256,
         message=m.message,
+        rejected=_rejected(m),
     )
 
 
@@ -152,6 +166,7 @@ def patch(m: Any) -> t.PatchResult:
             for f in m.files
         ),
         message=m.message,
+        rejected=_rejected(m),
     )
 
 
@@ -313,6 +328,7 @@ def report(m: Any) -> t.Report:
         journal_dropped=m.journal_dropped,
         journal_file_lines_dropped=m.journal_file_lines_dropped,
         checkpoints=tuple(checkpoint(c) for c in m.checkpoints),
+        plan=approved_plan(m.plan) if m.HasField("plan") else None,
     )
 
 
@@ -388,3 +404,126 @@ def build_event(m: Any) -> Optional[t.BuildEvent]:
             output_truncated=d.output_truncated,
         )
     return None
+
+
+def _epoch_ms(ms: int) -> Optional[datetime]:
+    return _time(ms / 1000.0) if ms else None
+
+
+def plan(m: Any) -> t.Plan:
+    return t.Plan(
+        goal=m.goal,
+        steps=tuple(t.PlanStep(description=s.description, files=tuple(s.files)) for s in m.steps),
+        verification=m.verification,
+        risks=tuple(m.risks),
+    )
+
+
+def withheld(ms: Any) -> tuple[t.WithheldFile, ...]:
+    return tuple(t.WithheldFile(path=w.path, rule=w.rule) for w in ms)
+
+
+def decision(m: Any) -> t.Decision:
+    return t.Decision(decided_by=m.decided_by, note=m.note, decided_at=_epoch_ms(m.decided_at_ms))
+
+
+def approved_plan(m: Any) -> t.ApprovedPlan:
+    return t.ApprovedPlan(
+        approval_id=m.approval_id,
+        plan=plan(m.plan) if m.HasField("plan") else None,
+        granted=tuple(m.granted),
+        withheld=withheld(m.withheld),
+        decision=decision(m.decision) if m.HasField("decision") else None,
+    )
+
+
+def rejection(m: Any) -> t.Rejection:
+    return t.Rejection(
+        approval_id=m.approval_id,
+        reason=m.reason,
+        timed_out=m.timed_out,
+        decision=decision(m.decision) if m.HasField("decision") else None,
+        message=m.message,
+    )
+
+
+def plan_pending(m: Any, message: str) -> t.PlanPending:
+    return t.PlanPending(
+        approval_id=m.approval_id,
+        withheld=withheld(m.withheld),
+        expires_at=_epoch_ms(m.expires_at_ms),
+        message=message,
+    )
+
+
+def plan_approved(m: Any, message: str) -> t.PlanResult:
+    a = approved_plan(m)
+    return t.PlanResult(
+        approved=True,
+        approval_id=a.approval_id,
+        granted=a.granted,
+        withheld=a.withheld,
+        reason="",
+        timed_out=False,
+        message=message,
+        decision=a.decision,
+        plan=a.plan,
+    )
+
+
+def plan_rejected(m: Any, message: str, withheld_files: tuple[t.WithheldFile, ...]) -> t.PlanResult:
+    r = rejection(m)
+    return t.PlanResult(
+        approved=False,
+        approval_id=r.approval_id,
+        granted=(),
+        withheld=withheld_files,
+        reason=r.reason,
+        timed_out=r.timed_out,
+        message=message or r.message,
+        decision=r.decision,
+        plan=None,
+    )
+
+
+def rejected_command(m: Any, command: str, began: Optional[t.Started]) -> t.CommandResult:
+    """The result of a command an ``ask`` rule held and a person rejected: it never ran."""
+    empty = t.Output(text="", tail="", total_bytes=0, truncated=False, omitted_bytes=0)
+    return t.CommandResult(
+        command=command,
+        exit_code=-1,
+        timed_out=False,
+        killed_by=t.KilledBy.NONE,
+        duration=0.0,
+        stdout=empty,
+        stderr=empty,
+        cancelled=False,
+        oom_killed=False,
+        pids_exhausted=False,
+        notes=(),
+        started=began,
+        rejected=rejection(m),
+    )
+
+
+def pending_approval(m: Any) -> t.PendingApproval:
+    which = m.WhichOneof("what")
+    c = m.call
+    return t.PendingApproval(
+        approval_id=m.approval_id,
+        session_id=m.session_id,
+        workspace_path=m.workspace_path,
+        requested_at=_time(m.requested_at_ms / 1000.0),
+        expires_at=_epoch_ms(m.expires_at_ms),
+        plan=plan(m.plan) if which == "plan" else None,
+        call=(
+            t.PendingCall(tool=c.tool, summary=c.summary, rule=c.rule, path=c.path, command=c.command)
+            if which == "call"
+            else None
+        ),
+        withheld=withheld(m.withheld),
+    )
+
+
+def decided(m: Any) -> t.DecideResult:
+    return t.DecideResult(approval_id=m.approval_id, session_id=m.session_id, outcome=m.outcome, message=m.message)

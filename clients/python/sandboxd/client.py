@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import io
 import math
 import os
@@ -30,6 +31,8 @@ UPLOAD_CHUNK = 1 << 20
 
 StrPath = Union[str, "os.PathLike[str]"]
 EditLike = Union[t.Edit, "tuple[str, str]", "tuple[str, str, bool]"]
+StepLike = Union[t.PlanStep, "tuple[str, Iterable[StrPath]]", Mapping[str, Any]]
+ApprovalRef = Union[str, t.PendingApproval]
 Command = Union[str, Sequence[str]]
 
 _DEFAULT: Any = object()
@@ -236,6 +239,10 @@ class Client:
         deny_writes: Iterable[str] = (),
         allow_writes: Iterable[str] = (),
         guard_patterns: Iterable[str] = (),
+        ask_writes: Iterable[str] = (),
+        ask_commands: Iterable[str] = (),
+        ask_tools: Iterable[str] = (),
+        unattended: bool = False,
         env: Optional[Mapping[str, str]] = None,
         ttl: Optional[float] = None,
         default_timeout: Optional[float] = None,
@@ -252,7 +259,12 @@ class Client:
         ``environment`` or ``image`` (not both) choose what commands run in.
         ``read_only``, ``deny_writes`` (globs such as ``"tests/**"``),
         ``allow_writes`` and ``guard_patterns`` (regexes the slip guard
-        refuses) add to the operator's rules. ``env`` is every command's
+        refuses) add to the operator's rules. ``ask_writes`` (globs),
+        ``ask_commands`` (regexes) and ``ask_tools`` (``"CreateFile"``,
+        ``"EditFile"``, ``"ApplyPatch"``, ``"RunCommand"``) make the calls
+        they match wait for a person's approval (:meth:`approvals`);
+        ``unattended``: nobody watches, so such calls and plans are refused
+        at once with ApprovalUnavailable. ``env`` is every command's
         environment. ``ttl`` is the idle time in seconds before the service
         closes the session; ``default_timeout`` the seconds a command may take
         when :meth:`Session.run` gives none. ``memory_bytes``, ``cpus`` (e.g.
@@ -277,9 +289,13 @@ class Client:
                 deny_writes=list(deny_writes),
                 allow_writes=list(allow_writes),
                 guard_patterns=list(guard_patterns),
+                ask_writes=list(ask_writes),
+                ask_commands=list(ask_commands),
+                ask_tools=list(ask_tools),
             ),
             default_timeout_ms=_ms(default_timeout, "default_timeout"),
             environment=environment or "",
+            unattended=unattended,
         )
         info = conv.session(self._call(self.stub.CreateSession, req))
         return Session(self, info, close_on_exit=True)
@@ -305,6 +321,41 @@ class Client:
         """Every open session."""
         resp = self._call(self.stub.ListSessions, pb.ListSessionsRequest())
         return [conv.session(s) for s in resp.sessions]
+
+    # --- approvals ----------------------------------------------------------
+
+    def approvals(self, wait: float = 0) -> list[t.PendingApproval]:
+        """The plans and ``ask`` calls waiting for a person, oldest first. When
+        none waits, waits up to ``wait`` seconds (at most 60) for one. For
+        approvers only: the operator's token or the approver token
+        (NotPermitted otherwise); each call marks an approver as present."""
+        if wait < 0:
+            raise ValueError(f"wait must be >= 0 seconds, got {wait!r}")
+        wait_ms = math.ceil(min(wait, 60) * 1000)
+        # The call's own deadline must outlast the wait it asks for.
+        timeout = self._timeout + wait if self._timeout is not None and wait else self._timeout
+        resp = self._call(self.stub.ListPendingApprovals, pb.ListPendingApprovalsRequest(wait_ms=wait_ms), timeout)
+        return [conv.pending_approval(p) for p in resp.pending]
+
+    def approve(self, approval: ApprovalRef, note: str = "", *, decided_by: Optional[str] = None) -> t.DecideResult:
+        """Approves a waiting plan or call (its id, or the item from
+        :meth:`approvals`); ApprovalNotFound if it no longer waits.
+        ``decided_by`` (default the login name) is recorded in the journal."""
+        return self._decide(approval, pb.VERDICT_APPROVE, note, decided_by)
+
+    def reject(self, approval: ApprovalRef, note: str = "", *, decided_by: Optional[str] = None) -> t.DecideResult:
+        """Rejects a waiting plan or call; the agent sees ``note`` as the reason."""
+        return self._decide(approval, pb.VERDICT_REJECT, note, decided_by)
+
+    def _decide(self, approval: ApprovalRef, verdict: int, note: str, decided_by: Optional[str]) -> t.DecideResult:
+        approval_id = approval.approval_id if isinstance(approval, t.PendingApproval) else approval
+        req = pb.DecideRequest(
+            approval_id=approval_id,
+            verdict=verdict,
+            note=note,
+            decided_by=_login_name() if decided_by is None else decided_by,
+        )
+        return conv.decided(self._call(self.stub.Decide, req))
 
     # --- environments -------------------------------------------------------
 
@@ -409,7 +460,9 @@ class CommandStream(_EventStream):
 
     Yields :class:`~sandboxd.types.Started`, then
     :class:`~sandboxd.types.OutputChunk` s, and last the
-    :class:`~sandboxd.types.CommandResult` (also kept in ``.result``).
+    :class:`~sandboxd.types.CommandResult` (also kept in ``.result``). A
+    command an ``ask`` rule held and a person rejected yields only that
+    result, with ``rejected`` set (it never ran).
     Leaving the loop early (``break``, an exception), :meth:`cancel` or the
     end of a ``with`` block cancels the call, and the service kills the
     command.
@@ -450,6 +503,11 @@ class CommandStream(_EventStream):
             if which == "exit":
                 self.result = conv.command_result(msg.exit, self.command, self.started)
                 self._finished = True  # the last event: nothing left to cancel
+                return self.result
+            if which == "rejected":
+                # An ask rule held the command and it was rejected: it never ran.
+                self.result = conv.rejected_command(msg.rejected, self.command, self.started)
+                self._finished = True
                 return self.result
             # An event kind newer than this client: skip it.
 
@@ -511,6 +569,27 @@ def _command(command: Command) -> str:
 
 def _checkpoint_id(c: Union[str, t.Checkpoint]) -> str:
     return c.id if isinstance(c, t.Checkpoint) else c
+
+
+def _login_name() -> str:
+    """Who decides, for the journal: the login name, or "" when there is none."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no $USER and no passwd entry (a bare container)
+        return ""
+
+
+def _step(step: StepLike) -> Any:
+    """A plan step from a PlanStep, a (description, files) pair or a dict."""
+    if isinstance(step, t.PlanStep):
+        description, files = step.description, step.files
+    elif isinstance(step, Mapping):
+        description, files = step.get("description", ""), step.get("files", ())
+    else:
+        description, files = step
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]  # one file, not its characters
+    return pb.PlanStep(description=description, files=[_path(f) for f in files])
 
 
 class Session:
@@ -582,7 +661,8 @@ class Session:
         return conv.read(self._call(self._stub.ReadFile, req))
 
     def create(self, path: StrPath, content: str) -> t.CreateResult:
-        """Creates a new file (and missing parent directories); FileExists if the path exists."""
+        """Creates a new file (and missing parent directories); FileExists if the path exists.
+        A call an ``ask`` rule held and a person rejected returns with ``rejected`` set."""
         req = pb.CreateFileRequest(session_id=self.id, path=_path(path), content=content)
         return conv.create(self._call(self._stub.CreateFile, req))
 
@@ -690,7 +770,8 @@ class Session:
         seconds (default the session's, else 30 s); ``cwd`` relative to the
         workspace; ``stdout_cap``/``stderr_cap`` characters kept per stream
         (default 4000). ``on_output`` sees each chunk as it arrives. A
-        non-zero exit or a timeout is a result, not an exception."""
+        non-zero exit, a timeout or a person's rejection (``rejected`` set,
+        the command never ran) is a result, not an exception."""
         with self.stream(
             command, timeout=timeout, cwd=cwd, env=env, stdout_cap=stdout_cap, stderr_cap=stderr_cap
         ) as events:
@@ -699,6 +780,67 @@ class Session:
                     on_output(event)
         assert events.result is not None
         return events.result
+
+    # --- plans --------------------------------------------------------------
+
+    def submit_plan(
+        self,
+        goal: str,
+        steps: Iterable[StepLike],
+        verification: str,
+        risks: Iterable[str] = (),
+        *,
+        on_pending: Optional[Callable[[t.PlanPending], None]] = None,
+    ) -> t.PlanResult:
+        """Proposes a plan and waits for a person to decide it.
+
+        ``steps``: ``(description, files)`` pairs, dicts with those keys, or
+        :class:`~sandboxd.types.PlanStep` s; ``files`` are exact
+        workspace-relative paths. ``verification`` is the command whose
+        passing run after the last write verifies the change. Returns a
+        :class:`~sandboxd.types.PlanResult`: approved (the session may now
+        write ``granted``; ``withheld`` names each planned file a rule keeps
+        back, with the rule) or rejected (``reason``, ``timed_out``). A
+        rejection is a result, not an exception. ``on_pending`` sees the
+        :class:`~sandboxd.types.PlanPending` event (its approval id and the
+        files approval would withhold) while the person decides.
+
+        Raises InvalidPlan (nothing kept) when the goal, the files or the
+        verification is missing, and ApprovalUnavailable at once when nobody
+        can approve. Leaving early (an exception in ``on_pending``, Ctrl-C)
+        cancels the call, which withdraws the plan.
+        """
+        req = pb.SubmitPlanRequest(
+            session_id=self.id,
+            plan=pb.Plan(
+                goal=goal,
+                steps=[_step(s) for s in steps],
+                verification=verification,
+                risks=list(risks),
+            ),
+        )
+        stream = _EventStream(self._client._stream_call(self._stub.SubmitPlan, req, self._metadata))
+        withheld: tuple[t.WithheldFile, ...] = ()
+        try:
+            while True:
+                msg = stream._next_message()
+                if msg is None:
+                    raise TransportError("the plan's stream ended without a decision", reason=None)
+                which = msg.WhichOneof("event")
+                if which == "pending":
+                    pending = conv.plan_pending(msg.pending, msg.message)
+                    withheld = pending.withheld
+                    if on_pending is not None:
+                        on_pending(pending)
+                elif which == "approved":
+                    stream._finished = True  # the last event: nothing left to cancel
+                    return conv.plan_approved(msg.approved, msg.message)
+                elif which == "rejected":
+                    stream._finished = True
+                    return conv.plan_rejected(msg.rejected, msg.message, withheld)
+                # An event kind newer than this client: skip it.
+        finally:
+            stream.cancel()
 
     # --- report -------------------------------------------------------------
 

@@ -135,6 +135,11 @@ class CheckpointRefused(SandboxdError):
     """A checkpoint, restore or change listing was refused."""
 
 
+class ApprovalRefused(SandboxdError):
+    """A plan or call that needs a person could not be put to one, or a
+    decision was refused. (A person's rejection is a result, not this.)"""
+
+
 class TransportError(SandboxdError, reason="TRANSPORT"):
     """The call failed in transport: the service was unreachable, a deadline
     passed, the call was cancelled, or the transport refused it.
@@ -281,6 +286,11 @@ class MalformedRequest(InvalidRequest, reason="MALFORMED_REQUEST"):
 
 class Unimplemented(InvalidRequest, reason="UNIMPLEMENTED"):
     """The service does not offer this method."""
+
+
+class InvalidPlan(InvalidRequest, reason="INVALID_PLAN"):
+    """A plan lacks a goal, files or a verification command (the message names
+    what); nothing of it was kept."""
 
 
 # --- auth ---------------------------------------------------------------------
@@ -439,6 +449,18 @@ class RestoreFailed(CheckpointRefused, reason="RESTORE_FAILED"):
 
 class CommandRunning(CheckpointRefused, reason="COMMAND_RUNNING"):
     """A command is running, so the restore was refused (see stop_commands)."""
+
+
+# --- approvals ----------------------------------------------------------------
+
+
+class ApprovalUnavailable(ApprovalRefused, reason="APPROVAL_UNAVAILABLE"):
+    """Nobody can approve (the session is unattended, or no approver was seen
+    lately): proceed on the safest option and state the assumption."""
+
+
+class ApprovalNotFound(ApprovalRefused, reason="APPROVAL_NOT_FOUND"):
+    """No such item waits for a decision: it was decided, timed out or withdrawn."""
 
 
 # --- transport (no ErrorInfo, or reason TRANSPORT) ----------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Optional, Union
+from typing import Literal, NamedTuple, Optional, Union
 
 
 class _NamedEnum(str, enum.Enum):
@@ -104,6 +104,12 @@ class Policy:
     deny_writes: tuple[str, ...]
     allow_writes: tuple[str, ...]
     guard_patterns: tuple[str, ...]
+    #: ``ask`` rules: a write, command or tool they match waits for a person.
+    ask_writes: tuple[str, ...] = ()
+    ask_commands: tuple[str, ...] = ()
+    ask_tools: tuple[str, ...] = ()
+    #: Set by an approved plan: the file tools may write these files only.
+    plan_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,10 @@ class SessionInfo:
     notes: tuple[str, ...]
     #: The session's own token: only in what creating it returned, else empty.
     session_token: str = ""
+    #: Nothing of it waits for a person: plans and ask rules are refused at once.
+    unattended: bool = False
+    #: The plan approved last (see :meth:`Session.submit_plan`), if any.
+    plan: Optional["ApprovedPlan"] = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,9 @@ class CreateResult:
     sha256: str
     total_lines: int
     message: str
+    #: An ``ask`` rule held the call and it was rejected: nothing was written,
+    #: and only this and ``message`` are set.
+    rejected: Optional["Rejection"] = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,8 @@ class EditResult:
     diff_truncated: bool
     sha256: str  #: of the file as written
     message: str
+    #: As for :class:`CreateResult`: rejected, nothing was written.
+    rejected: Optional["Rejection"] = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +239,8 @@ class PatchedFile:
 class PatchResult:
     files: tuple[PatchedFile, ...]
     message: str
+    #: As for :class:`CreateResult`: rejected, no file was changed.
+    rejected: Optional["Rejection"] = None
 
 
 # --- commands -----------------------------------------------------------------
@@ -287,11 +304,14 @@ class CommandResult:
     pids_exhausted: bool  #: the process limit refused a fork
     notes: tuple[str, ...]  #: what the caller must know about how it ran
     started: Optional[Started]
+    #: An ``ask`` rule held the command and it was rejected: it did not run
+    #: (``exit_code`` is -1, the outputs are empty).
+    rejected: Optional["Rejection"] = None
 
     @property
     def ok(self) -> bool:
-        """Exit code 0 and not timed out."""
-        return self.exit_code == 0 and not self.timed_out
+        """Exit code 0, not timed out, and it ran."""
+        return self.exit_code == 0 and not self.timed_out and self.rejected is None
 
 
 CommandEvent = Union[Started, OutputChunk, CommandResult]
@@ -393,6 +413,9 @@ class Report:
     checkpoints: tuple[Checkpoint, ...]
     #: Lines dropped from the journal files at their size ceiling.
     journal_file_lines_dropped: int = 0
+    #: The approved plan the report was reconciled against, when the call
+    #: named no plan of its own and the session has one.
+    plan: Optional["ApprovedPlan"] = None
 
 
 @dataclass(frozen=True)
@@ -476,6 +499,139 @@ class Download:
     skipped: tuple[SkippedPath, ...]
     skipped_count: int
     duration: float
+    message: str
+
+
+# --- plans and approvals ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    """One step of a plan: what it does and the files it writes (exact paths)."""
+
+    description: str
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checkable plan: its goal, steps, verification command and risks."""
+
+    goal: str
+    steps: tuple[PlanStep, ...]
+    verification: str  #: the command whose passing run verifies the result
+    risks: tuple[str, ...]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file of every step, once each, in the order first named."""
+        return tuple(dict.fromkeys(f for step in self.steps for f in step.files))
+
+
+class WithheldFile(NamedTuple):
+    """A planned file approval does not grant, and the rule that withholds it
+    (a pair: ``path, rule = w``)."""
+
+    path: str
+    rule: str  #: in words, e.g. ``deny_writes "tests/**"``
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Who decided ("operator" or "approver", then the name given) and when."""
+
+    decided_by: str
+    note: str
+    decided_at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class ApprovedPlan:
+    """A plan as approved: what the session was granted."""
+
+    approval_id: str
+    plan: Optional[Plan]
+    granted: tuple[str, ...]  #: the planned files the file tools may write
+    withheld: tuple[WithheldFile, ...]
+    decision: Optional[Decision]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A call or plan that was not approved: nothing of it was executed."""
+
+    approval_id: str
+    reason: str  #: the approver's note, or "nobody answered"
+    timed_out: bool  #: no approver answered in time
+    decision: Optional[Decision]
+    message: str  #: for the model: what happened and what to do next
+
+
+@dataclass(frozen=True)
+class PlanPending:
+    """A submitted plan waits for a person (passed to ``on_pending``)."""
+
+    approval_id: str
+    withheld: tuple[WithheldFile, ...]  #: files approval would withhold
+    expires_at: Optional[datetime]  #: when it becomes a rejection if nobody answers
+    message: str
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """How a plan ended (:meth:`Session.submit_plan`). A rejection is a result,
+    not an exception."""
+
+    approved: bool
+    approval_id: str
+    granted: tuple[str, ...]  #: the files the session may now write; empty if rejected
+    withheld: tuple[WithheldFile, ...]  #: planned files a rule withholds
+    reason: str  #: why it was rejected (the note, or "nobody answered"); empty if approved
+    timed_out: bool  #: rejected because nobody answered in time
+    message: str  #: for the model
+    decision: Optional[Decision]
+    plan: Optional[Plan]  #: the plan as approved (files normalised); None if rejected
+
+    def __bool__(self) -> bool:
+        return self.approved
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A call an ``ask`` rule holds."""
+
+    tool: str
+    summary: str  #: its arguments in brief
+    rule: str  #: the rule that asked, e.g. ``ask_writes "src/**"``
+    path: str  #: where a write would land; empty otherwise
+    command: str  #: the command, if one; empty otherwise
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A plan or call waiting for a person's decision (:meth:`Client.approvals`)."""
+
+    approval_id: str
+    session_id: str
+    workspace_path: str
+    requested_at: datetime
+    expires_at: Optional[datetime]
+    plan: Optional[Plan]  #: set for a plan
+    call: Optional[PendingCall]  #: set for a call
+    withheld: tuple[WithheldFile, ...]  #: for a plan: files approval would withhold
+
+    @property
+    def kind(self) -> Literal["plan", "call", "unknown"]:
+        return "plan" if self.plan is not None else "call" if self.call is not None else "unknown"
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    """What a decision did (:meth:`Client.approve`, :meth:`Client.reject`)."""
+
+    approval_id: str
+    session_id: str
+    outcome: str  #: "approved" or "rejected"
     message: str
 
 
