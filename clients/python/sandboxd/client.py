@@ -347,7 +347,7 @@ class Client:
         """Rejects a waiting plan or call; the agent sees ``note`` as the reason."""
         return self._decide(approval, pb.VERDICT_REJECT, note, decided_by)
 
-    def _decide(self, approval: ApprovalRef, verdict: int, note: str, decided_by: Optional[str]) -> t.DecideResult:
+    def _decide(self, approval: ApprovalRef, verdict: "pb.Verdict", note: str, decided_by: Optional[str]) -> t.DecideResult:
         approval_id = approval.approval_id if isinstance(approval, t.PendingApproval) else approval
         req = pb.DecideRequest(
             approval_id=approval_id,
@@ -581,6 +581,8 @@ def _login_name() -> str:
 
 def _step(step: StepLike) -> Any:
     """A plan step from a PlanStep, a (description, files) pair or a dict."""
+    description: str
+    files: Any
     if isinstance(step, t.PlanStep):
         description, files = step.description, step.files
     elif isinstance(step, Mapping):
