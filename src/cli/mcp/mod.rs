@@ -18,8 +18,18 @@
 //! private copy of the original, so no stray print (ours or a helper
 //! program's) can corrupt it.
 //!
-//! `tools` holds the tools and their calls, `render` the text a model reads.
+//! Plans and approvals: when the client can put a form to its user
+//! (elicitation) and the token may decide, the person at the client
+//! approves the session's plans and held calls (`approval`); otherwise the
+//! session is created `unattended`, and whatever needs a person answers
+//! APPROVAL_UNAVAILABLE at once. With `--attach` the session is as it was
+//! made; it is only watched for approvals when the person can answer.
+//!
+//! `tools` holds the tools and their calls, `plan` the `submit_plan` tool,
+//! `approval` the approver, `render` the text a model reads.
 
+mod approval;
+mod plan;
 mod render;
 mod tools;
 
@@ -45,6 +55,7 @@ use tokio::sync::watch;
 
 use super::client::{SessionSpec, Target};
 use super::{AnyError, connect, token};
+use approval::Attendance;
 use tools::{Refused, Session};
 
 /// `sandboxd mcp`.
@@ -115,25 +126,34 @@ pub async fn run(
         (None, None, false) => Some(std::env::current_dir()?),
     };
     let (ready_tx, ready) = watch::channel(None);
+    // Whether a person is at the client is known once it initializes; the
+    // session is created only then (the private service starts meanwhile).
+    let (attendance_tx, attendance) = watch::channel(None);
     let instructions = instructions(workspace.as_deref(), &args);
-    let opening = tokio::spawn(open(args, remote, workspace, ready_tx));
+    let opening = tokio::spawn(open(args, remote, workspace, ready_tx, attendance));
 
     let bridge = Bridge {
-        ready,
+        ready: ready.clone(),
         instructions,
     };
     let transport = (tokio::io::stdin(), tokio::fs::File::from_std(protocol_out));
     let mut stop = Stop::new()?;
     match bridge.serve(transport).await {
         Ok(running) => {
+            let peer = running.peer().clone();
+            let attending = Attendance::of(&peer);
+            let _ = attendance_tx.send(Some(attending.clone()));
+            let approver = tokio::spawn(approval::attend(ready, peer, attending));
             let cancel = running.cancellation_token();
             tokio::select! {
                 quit = running.waiting() => tracing::info!(?quit, "the client went away"),
                 () = stop.signalled() => cancel.cancel(),
             }
+            approver.abort();
         }
         Err(e) => tracing::warn!(error = %e, "the client did not start the protocol"),
     }
+    drop(attendance_tx);
     // An opening still under way (the first image build) may finish, so
     // that what it made is closed; one that hangs (an engine that does not
     // answer) is given up, and what it left is swept by the next start.
@@ -217,10 +237,11 @@ async fn open(
     remote: Option<Remote>,
     workspace: Option<PathBuf>,
     ready: watch::Sender<Option<Result<Session, Refused>>>,
+    attendance: watch::Receiver<Option<Attendance>>,
 ) -> Backend {
     let (backend, session) = match remote {
-        None => open_private(&args, workspace).await,
-        Some(remote) => open_remote(&args, remote, workspace).await,
+        None => open_private(&args, workspace, attendance).await,
+        Some(remote) => open_remote(&args, remote, workspace, attendance).await,
     };
     let session = session.inspect(|s| keep_alive(s.clone(), ready.clone()));
     if let Err(refused) = &session {
@@ -242,6 +263,7 @@ fn unavailable(why: impl std::fmt::Display) -> Refused {
 async fn open_private(
     args: &McpArgs,
     workspace: Option<PathBuf>,
+    attendance: watch::Receiver<Option<Attendance>>,
 ) -> (Backend, Result<Session, Refused>) {
     if !rustix::process::geteuid().is_root() {
         return (
@@ -304,7 +326,8 @@ async fn open_private(
         Err(e) => return (Backend::None, Err(unavailable(e))),
     };
     let client = local.client.clone();
-    let session = create(client, args, workspace).await;
+    let attended = attended(&client, attendance).await;
+    let session = create(client, args, workspace, attended).await;
     (Backend::Private(local), session)
 }
 
@@ -312,6 +335,7 @@ async fn open_remote(
     args: &McpArgs,
     remote: Remote,
     workspace: Option<PathBuf>,
+    attendance: watch::Receiver<Option<Attendance>>,
 ) -> (Backend, Result<Session, Refused>) {
     let client = match connect::client(&remote.addr, remote.ca_cert.as_deref(), remote.token).await
     {
@@ -335,30 +359,52 @@ async fn open_remote(
         };
         return (backend, session.map_err(Refused::from));
     }
-    let session = create(client.clone(), args, workspace).await;
+    let attended = attended(&client, attendance).await;
+    let session = create(client.clone(), args, workspace, attended).await;
     let close = session.as_ref().ok().map(|s| s.id.clone());
     (Backend::Remote { client, close }, session)
 }
 
-/// Opens the session the flags describe.
+/// Whether a person can answer for the session: the client can ask its
+/// user (known once it initializes; a client gone before that cannot) and
+/// the token may decide.
+async fn attended(
+    client: &connect::Client,
+    mut attendance: watch::Receiver<Option<Attendance>>,
+) -> bool {
+    let elicits = match attendance.wait_for(Option::is_some).await {
+        Ok(a) => a.as_ref().is_some_and(|a| a.elicits),
+        Err(_) => false,
+    };
+    elicits && approval::can_decide(client).await
+}
+
+/// Opens the session the flags describe; `unattended` when nobody can
+/// answer for it.
 async fn create(
     client: connect::Client,
     args: &McpArgs,
     workspace: Option<PathBuf>,
+    attended: bool,
 ) -> Result<Session, Refused> {
     let mut c = client.clone();
-    let s = c
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: workspace
-                .map(|w| w.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            ..args.spec.request()
-        })
-        .await?
-        .into_inner();
+    let mut request = args.spec.request();
+    request.workspace_path = workspace
+        .map(|w| w.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // Unattended when the flags say so, and whenever nobody can answer.
+    request.unattended |= !attended;
+    let unattended = request.unattended;
+    let s = c.create_session(request).await?.into_inner();
     eprintln!(
-        "sandboxd: session {} over {}",
-        s.session_id, s.workspace_path
+        "sandboxd: session {} over {}{}",
+        s.session_id,
+        s.workspace_path,
+        if !unattended {
+            " (plans and held calls are put to the person at the client)"
+        } else {
+            " (unattended: nothing waits for a person)"
+        }
     );
     for note in &s.notes {
         eprintln!("sandboxd: note: {note}");
@@ -427,10 +473,19 @@ fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
          /workspace (their working directory). Edits are exact-match: old_string must \
          appear exactly once, or the edit is refused and the file is left unchanged; a \
          refusal's message says what to do next. A typical loop: run the tests, read the \
-         code, edit it, run the tests again, then session_report."
+         code, edit it, run the tests again, then session_report. A call a rule holds waits \
+         for a person's approval; a rejected call is not executed and its result says why. \
+         Where nobody can approve, it is refused with APPROVAL_UNAVAILABLE: proceed on the \
+         safest option and state your assumption."
     );
     if args.spec.read_only {
-        text.push_str(" This session is read-only: writes and commands are refused.");
+        text.push_str(
+            " This session starts in plan mode (read-only): writes and commands are refused \
+             until a plan is approved. Read what you need, then propose a plan with \
+             submit_plan (goal, steps with the exact files each writes, a verification \
+             command, risks); once it is approved you may write exactly the planned files, \
+             then run the verification.",
+        );
     }
     if !args.spec.deny_writes.is_empty() {
         text.push_str(&format!(
@@ -512,7 +567,12 @@ impl ServerHandler for Bridge {
 fn result(outcome: Result<tools::Reply, Refused>) -> CallToolResult {
     match outcome {
         Ok(reply) => {
-            let mut r = CallToolResult::success(vec![ContentBlock::text(reply.text)]);
+            let content = vec![ContentBlock::text(reply.text)];
+            let mut r = if reply.is_error {
+                CallToolResult::error(content)
+            } else {
+                CallToolResult::success(content)
+            };
             r.structured_content = reply.structured;
             r
         }

@@ -182,6 +182,93 @@ pub fn exit_json(exit: &pb::CommandExit) -> Value {
     })
 }
 
+/// Text from the other side (a model's plan, an approver's note, a
+/// service message) with its control characters shown, not acted on.
+pub fn safe(text: &str) -> String {
+    neutralise(text).into_owned()
+}
+
+/// A workspace path, quoted as git quotes it when it needs to be.
+pub fn path(p: &str) -> String {
+    print::name(p).into_owned()
+}
+
+/// " by WHO", or nothing when nobody is named.
+pub fn by(decided_by: &str) -> String {
+    if decided_by.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", safe(decided_by))
+    }
+}
+
+/// ": NOTE", or nothing without a note.
+pub fn note(note: &str) -> String {
+    if note.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", safe(note))
+    }
+}
+
+/// Files a plan's approval withholds, one a line with the rule that does.
+pub fn withheld(list: &[pb::WithheldFile]) -> String {
+    let mut text = String::new();
+    for w in list {
+        text.push_str(&format!("  {} ({})", path(&w.path), safe(&w.rule)));
+        text.push_str(&note(&w.message));
+        text.push('\n');
+    }
+    text
+}
+
+/// Why something was rejected: "rejected by WHO: NOTE", or that nobody
+/// answered in time.
+pub fn rejection_cause(r: &pb::Rejection) -> String {
+    let decision = r.decision.clone().unwrap_or_default();
+    if r.timed_out {
+        return "rejected: nobody answered before the approval timed out".to_string();
+    }
+    let reason = if r.reason.is_empty() {
+        &decision.note
+    } else {
+        &r.reason
+    };
+    let who = if decision.decided_by.is_empty() {
+        " by the approver".to_string()
+    } else {
+        by(&decision.decided_by)
+    };
+    format!("rejected{who}{}", note(reason))
+}
+
+/// A call an `ask` rule held and the approver rejected: it was not
+/// executed, why, and the service's word on what to do next.
+pub fn rejected_call(what: &str, r: &pb::Rejection) -> String {
+    let mut text = format!(
+        "not executed: {what} was {}; nothing was changed.\n",
+        rejection_cause(r)
+    );
+    if !r.message.is_empty() {
+        text.push_str(&safe(&r.message));
+        text.push('\n');
+    }
+    text
+}
+
+/// A rejection as JSON, as the service sent it.
+pub fn rejection_json(r: &pb::Rejection) -> Value {
+    let decision = r.decision.clone().unwrap_or_default();
+    json!({
+        "approval_id": r.approval_id,
+        "reason": r.reason,
+        "timed_out": r.timed_out,
+        "decided_by": decision.decided_by,
+        "note": decision.note,
+        "message": r.message,
+    })
+}
+
 /// The last non-blank line of a chunk of output, shown safely and cut to
 /// 200 characters, for a progress message.
 pub fn last_line(chunk: &str) -> Option<String> {
@@ -312,6 +399,7 @@ mod tests {
                 line_delta: 1,
                 ..Default::default()
             }],
+            ..Default::default()
         });
         assert_eq!(
             lines(&patched_text),
@@ -325,6 +413,32 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(lines(&empty), [format!("{} is empty", quoted[1])]);
+    }
+
+    #[test]
+    fn a_rejected_call_says_it_was_not_executed_by_whom_and_why() {
+        let r = pb::Rejection {
+            approval_id: "7f3a-4".into(),
+            reason: "not in this change".into(),
+            decision: Some(pb::Decision {
+                decided_by: "operator mcp client claude".into(),
+                note: "not in this change".into(),
+                decided_at_ms: 1,
+            }),
+            message: "Nothing was written.".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            rejected_call("create_file of src/x.py", &r),
+            "not executed: create_file of src/x.py was rejected by operator mcp client \
+             claude: not in this change; nothing was changed.\nNothing was written.\n"
+        );
+        let timed = pb::Rejection {
+            timed_out: true,
+            reason: "nobody answered".into(),
+            ..Default::default()
+        };
+        assert!(rejected_call("run_command", &timed).contains("nobody answered"));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! and each call made on the session over gRPC. A refusal (a status with
 //! its stable reason) comes back as an `isError` result carrying the
 //! reason and the service's message, never as a protocol error; so do
-//! arguments that do not fit the schema.
+//! arguments that do not fit the schema. A call an `ask` rule held and a
+//! person rejected is a result saying it was not executed, and why.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tonic_types::StatusExt;
 
-use super::render;
+use super::{plan, render};
 use crate::cli::connect::Client;
 
 /// What a tool call answers: text for the model and, where a program may
@@ -26,6 +27,8 @@ use crate::cli::connect::Client;
 pub struct Reply {
     pub text: String,
     pub structured: Option<Value>,
+    /// The call did not do what it was asked (a person rejected it).
+    pub is_error: bool,
 }
 
 impl Reply {
@@ -33,6 +36,16 @@ impl Reply {
         Reply {
             text,
             structured: None,
+            is_error: false,
+        }
+    }
+
+    /// A call a person rejected: not executed, and why.
+    fn rejected(what: &str, r: &pb::Rejection) -> Reply {
+        Reply {
+            text: render::rejected_call(what, r),
+            structured: Some(json!({ "rejected": render::rejection_json(r) })),
+            is_error: true,
         }
     }
 }
@@ -262,7 +275,19 @@ enum Kind {
     Writes,
     /// Runs code, which may change anything in the sandbox.
     Runs,
+    /// Asks a person; changes the session's rules, not the workspace.
+    Asks,
 }
+
+/// The tools an `ask` rule can hold, and plan mode refuses until a plan is
+/// approved.
+const HELD: [&str; 4] = ["create_file", "edit_file", "apply_patch", "run_command"];
+
+/// What the held tools' descriptions add.
+const HELD_NOTE: &str = " In plan mode (a session started read-only) it is refused until \
+     submit_plan is approved, and then allowed for the planned files only. A call a rule \
+     holds for a person's approval waits for it; a rejected call is not executed, and its \
+     result says so and why.";
 
 /// Every tool: name, kind, argument schema and description.
 fn table() -> Vec<(&'static str, Kind, Arc<JsonObject>, &'static str)> {
@@ -367,6 +392,12 @@ fn table() -> Vec<(&'static str, Kind, Arc<JsonObject>, &'static str)> {
              the last change.",
         ),
         (
+            "submit_plan",
+            Kind::Asks,
+            schema_for_type::<plan::PlanArgs>(),
+            plan::DESCRIPTION,
+        ),
+        (
             "reset_sandbox",
             Kind::Runs,
             schema_for_type::<NoArgs>(),
@@ -391,6 +422,15 @@ pub fn list() -> Vec<Tool> {
                     .read_only(false)
                     .destructive(true)
                     .open_world(false),
+                Kind::Asks => ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(false)
+                    .open_world(false),
+            };
+            let description = if HELD.contains(&name) {
+                format!("{description}{HELD_NOTE}")
+            } else {
+                description.to_string()
             };
             Tool::new(name, description, bare(schema)).annotate(annotations)
         })
@@ -449,6 +489,7 @@ pub async fn call(
         }
         "create_file" => {
             let a: CreateArgs = args(name, raw)?;
+            let what = format!("create_file of {}", render::path(&a.path));
             let r = c
                 .create_file(pb::CreateFileRequest {
                     session_id: sid,
@@ -457,11 +498,15 @@ pub async fn call(
                 })
                 .await?
                 .into_inner();
+            if let Some(rejected) = &r.rejected {
+                return Ok(Reply::rejected(&what, rejected));
+            }
             Ok(Reply::text(format!("{} (sha256 {})", r.message, r.sha256)))
         }
         "edit_file" => {
             let a: EditArgs = args(name, raw)?;
             let edits = edits(a.old_string, a.new_string, a.replace_all, a.edits)?;
+            let what = format!("edit_file of {}", render::path(&a.path));
             let r = c
                 .edit_file(pb::EditFileRequest {
                     session_id: sid,
@@ -471,6 +516,9 @@ pub async fn call(
                 })
                 .await?
                 .into_inner();
+            if let Some(rejected) = &r.rejected {
+                return Ok(Reply::rejected(&what, rejected));
+            }
             Ok(Reply::text(render::edited(&r)))
         }
         "list_dir" => {
@@ -515,6 +563,7 @@ pub async fn call(
         "run_command" => {
             let a: RunArgs = args(name, raw)?;
             let cap = or_zero(a.output_cap);
+            let what = format!("run_command of `{}`", render::safe(&a.command));
             let req = pb::RunCommandRequest {
                 session_id: sid,
                 command: a.command,
@@ -524,10 +573,14 @@ pub async fn call(
                 stdout_cap: cap,
                 stderr_cap: cap,
             };
-            let exit = run(&mut c, req, ctx).await?;
+            let exit = match run(&mut c, req, ctx).await? {
+                Ran::Exited(exit) => exit,
+                Ran::Rejected(rejected) => return Ok(Reply::rejected(&what, &rejected)),
+            };
             Ok(Reply {
                 text: render::exit(&exit),
                 structured: Some(render::exit_json(&exit)),
+                is_error: false,
             })
         }
         "apply_patch" => {
@@ -539,6 +592,9 @@ pub async fn call(
                 })
                 .await?
                 .into_inner();
+            if let Some(rejected) = &r.rejected {
+                return Ok(Reply::rejected("apply_patch", rejected));
+            }
             Ok(Reply::text(render::patched(&r)))
         }
         "diff" => {
@@ -570,6 +626,7 @@ pub async fn call(
             Ok(Reply {
                 text: format!("{} (checkpoint_id {id})", r.message),
                 structured: Some(json!({ "checkpoint_id": id })),
+                is_error: false,
             })
         }
         "list_checkpoints" => {
@@ -604,6 +661,7 @@ pub async fn call(
                 .into_inner();
             Ok(Reply::text(render::report(&r)))
         }
+        "submit_plan" => plan::call(session, args(name, raw)?, ctx).await,
         "reset_sandbox" => {
             let _: NoArgs = args(name, raw)?;
             let r = c
@@ -661,6 +719,14 @@ fn edits(
 /// How often a running command reports progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// How a command's stream ended.
+enum Ran {
+    /// It ran to its end.
+    Exited(pb::CommandExit),
+    /// An `ask` rule held it and it was rejected: it did not run.
+    Rejected(pb::Rejection),
+}
+
 /// Runs a command to its end, sending progress notifications while it runs
 /// when the client asked for them. The client cancelling the call drops
 /// the stream: the service then stops the command.
@@ -668,7 +734,7 @@ async fn run(
     c: &mut Client,
     req: pb::RunCommandRequest,
     ctx: &RequestContext<RoleServer>,
-) -> Result<pb::CommandExit, Refused> {
+) -> Result<Ran, Refused> {
     let progress = ctx.meta.get_progress_token().map(|t| (t, ctx.peer.clone()));
     let started = Instant::now();
     let mut stream = c.run_command(req).await?.into_inner();
@@ -696,7 +762,8 @@ async fn run(
                             last_line = line;
                         }
                     }
-                    Some(pb::run_command_event::Event::Exit(exit)) => return Ok(exit),
+                    Some(pb::run_command_event::Event::Exit(exit)) => return Ok(Ran::Exited(exit)),
+                    Some(pb::run_command_event::Event::Rejected(r)) => return Ok(Ran::Rejected(r)),
                     None => {}
                 }
             }

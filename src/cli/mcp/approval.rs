@@ -1,0 +1,534 @@
+//! The person at the MCP client as the approver of its own session.
+//!
+//! When the client can ask its user (it declared form elicitation) and this
+//! process's token may decide (the private service's operator token, or a
+//! `--addr` token the service accepts as an approver), `sandboxd mcp`
+//! watches the service's pending approvals for its own session and asks
+//! the person about each through MCP elicitation: the plan (goal, steps
+//! with their files, verification, risks, and the files a rule withholds)
+//! or the held call (tool, path or command, the rule). Only an accepted
+//! form with `approve` set approves; a decline, a dismissal, `approve`
+//! unset, an error or a client that does not answer in time rejects, with
+//! the person's note or the reason, so nothing is approved by accident.
+//!
+//! Otherwise nobody is there to ask: the session is created `unattended`,
+//! and whatever needs a person answers APPROVAL_UNAVAILABLE at once.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rmcp::model::{
+    BooleanSchema, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    StringSchema,
+};
+use rmcp::service::ElicitationMode;
+use rmcp::{Peer, RoleServer};
+use sandboxd::pb;
+use sandboxd::pb::pending_approval::What;
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tonic_types::StatusExt;
+
+use super::render;
+use super::tools::{Refused, Session};
+use crate::cli::connect::Client;
+
+/// Who is at the client, as its `initialize` said.
+#[derive(Debug, Clone)]
+pub struct Attendance {
+    /// The client's name (clientInfo.name).
+    pub client: String,
+    /// Whether it can put a form to its user (elicitation, form mode).
+    pub elicits: bool,
+}
+
+impl Attendance {
+    /// What `peer`'s initialization declared.
+    pub fn of(peer: &Peer<RoleServer>) -> Attendance {
+        let client = peer
+            .peer_info()
+            .map(|info| info.client_info.name.clone())
+            .unwrap_or_default();
+        Attendance {
+            client,
+            elicits: peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form),
+        }
+    }
+
+    /// The name Decide records.
+    fn decided_by(&self) -> String {
+        if self.client.is_empty() {
+            "mcp client".to_string()
+        } else {
+            clip(&format!("mcp client {}", self.client), MAX_NAME_BYTES)
+        }
+    }
+}
+
+/// Whether `client`'s token may decide approvals. The call lists what is
+/// pending without waiting, which also marks an approver as present, so a
+/// plan submitted right after the session opens finds one.
+pub async fn can_decide(client: &Client) -> bool {
+    let mut c = client.clone();
+    match c
+        .list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms: 0 })
+        .await
+    {
+        Ok(_) => true,
+        Err(status) => {
+            let refused = Refused::from(status);
+            tracing::info!(
+                reason = %refused.reason,
+                "this token cannot approve ({}); the session is unattended",
+                refused.message
+            );
+            false
+        }
+    }
+}
+
+/// Longest name and note Decide takes, in bytes (longer is refused).
+const MAX_NAME_BYTES: usize = 256;
+const MAX_NOTE_BYTES: usize = 4096;
+
+/// `text` without NUL bytes, cut to at most `max` bytes on a character
+/// boundary: Decide refuses more, and a refused decision would leave the
+/// person's answer unrecorded.
+fn clip(text: &str, max: usize) -> String {
+    let mut text = text.replace('\0', "");
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// How long one ListPendingApprovals waits when nothing is pending.
+const POLL_WAIT_MS: u64 = 30_000;
+
+/// Pause between listings while something is pending (the service answers
+/// at once then), and after a failed one.
+const POLL_BUSY: Duration = Duration::from_secs(1);
+const POLL_RETRY: Duration = Duration::from_secs(3);
+
+/// How long a person has for one question when the service gave no
+/// expiry.
+const ASK_DEFAULT: Duration = Duration::from_secs(10 * 60);
+
+/// Decided this long before the service's own timeout would reject it.
+const ASK_MARGIN: Duration = Duration::from_secs(3);
+
+/// Acts as the approver of the session once it is open, for as long as
+/// the task lives (the caller aborts it when the client goes away). Does
+/// nothing when the client cannot ask its user or the token cannot decide.
+pub async fn attend(
+    mut ready: watch::Receiver<Option<Result<Session, Refused>>>,
+    peer: Peer<RoleServer>,
+    attendance: Attendance,
+) {
+    if !attendance.elicits {
+        return;
+    }
+    let session = match ready.wait_for(Option::is_some).await {
+        Ok(opened) => match opened.clone() {
+            Some(Ok(session)) => session,
+            _ => return,
+        },
+        Err(_) => return,
+    };
+    if !can_decide(&session.client).await {
+        return;
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let watching = tokio::spawn(watch_pending(session.clone(), tx));
+    while let Some(pending) = rx.recv().await {
+        let (verdict, note) = ask(&peer, &pending).await;
+        decide(&session.client, &pending, verdict, note, &attendance).await;
+    }
+    watching.abort();
+}
+
+/// Lists pending approvals in a loop (which keeps the approver marked
+/// present) and passes on each new one of this session, once.
+async fn watch_pending(session: Session, tx: mpsc::UnboundedSender<pb::PendingApproval>) {
+    let mut c = session.client.clone();
+    let mut queued: HashSet<String> = HashSet::new();
+    loop {
+        let listed = c
+            .list_pending_approvals(pb::ListPendingApprovalsRequest {
+                wait_ms: POLL_WAIT_MS,
+            })
+            .await;
+        let pending = match listed {
+            Ok(r) => r.into_inner().pending,
+            Err(status) => {
+                if status.code() == tonic::Code::PermissionDenied
+                    || status
+                        .get_error_details()
+                        .error_info()
+                        .map(|i| i.reason.as_str())
+                        == Some("NOT_PERMITTED")
+                {
+                    tracing::warn!("this token may no longer approve: {}", status.message());
+                    return;
+                }
+                tracing::debug!(error = %status.message(), "listing pending approvals failed");
+                tokio::time::sleep(POLL_RETRY).await;
+                continue;
+            }
+        };
+        // Forgotten once no longer pending (decided, timed out, withdrawn):
+        // a listing taken while one was being decided still names it.
+        queued.retain(|id| pending.iter().any(|p| &p.approval_id == id));
+        for p in pending.iter().filter(|p| p.session_id == session.id) {
+            if queued.insert(p.approval_id.clone()) && tx.send(p.clone()).is_err() {
+                return;
+            }
+        }
+        if !pending.is_empty() {
+            tokio::time::sleep(POLL_BUSY).await;
+        }
+    }
+}
+
+/// Puts the pending plan or call to the person; anything but an accepted
+/// form with `approve` set is a rejection, with the note or the reason.
+async fn ask(peer: &Peer<RoleServer>, pending: &pb::PendingApproval) -> (pb::Verdict, String) {
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: question(pending),
+        requested_schema: form(),
+    };
+    let answered = peer
+        .create_elicitation_with_timeout(params, Some(time_left(pending.expires_at_ms)))
+        .await;
+    match answered {
+        Ok(result) => verdict(&result),
+        Err(e) => {
+            tracing::warn!(error = %e, approval = %pending.approval_id, "the MCP client did not answer");
+            (
+                pb::Verdict::Reject,
+                format!("the person at the MCP client did not answer ({e})"),
+            )
+        }
+    }
+}
+
+/// What the person's answer means.
+fn verdict(result: &ElicitResult) -> (pb::Verdict, String) {
+    let field = |name: &str| result.content.as_ref().and_then(|c| c.get(name));
+    let note = field("note")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or("")
+        .to_string();
+    let or = |fallback: &str| {
+        if note.is_empty() {
+            fallback.to_string()
+        } else {
+            note.clone()
+        }
+    };
+    match result.action {
+        ElicitationAction::Accept if field("approve").and_then(Value::as_bool) == Some(true) => {
+            (pb::Verdict::Approve, note)
+        }
+        ElicitationAction::Accept => (pb::Verdict::Reject, or("not approved at the MCP client")),
+        ElicitationAction::Decline => (pb::Verdict::Reject, or("declined at the MCP client")),
+        // Cancel, and any action a later protocol adds: not an approval.
+        _ => (
+            pb::Verdict::Reject,
+            or("dismissed at the MCP client without an answer"),
+        ),
+    }
+}
+
+/// Records the verdict. A plan or call no longer pending (withdrawn, or
+/// timed out meanwhile) is not an error: there is nothing left to decide.
+async fn decide(
+    client: &Client,
+    pending: &pb::PendingApproval,
+    verdict: pb::Verdict,
+    note: String,
+    attendance: &Attendance,
+) {
+    let mut c = client.clone();
+    let decided = c
+        .decide(pb::DecideRequest {
+            approval_id: pending.approval_id.clone(),
+            verdict: verdict as i32,
+            note: clip(&note, MAX_NOTE_BYTES),
+            decided_by: attendance.decided_by(),
+        })
+        .await;
+    if let Err(status) = decided {
+        let refused = Refused::from(status);
+        tracing::warn!(
+            approval = %pending.approval_id,
+            reason = %refused.reason,
+            "the decision was not recorded: {}",
+            refused.message
+        );
+    }
+}
+
+/// How long the person has: until just before the service's own timeout.
+fn time_left(expires_at_ms: u64) -> Duration {
+    if expires_at_ms == 0 {
+        return ASK_DEFAULT;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Duration::from_millis(expires_at_ms)
+        .saturating_sub(now)
+        .saturating_sub(ASK_MARGIN)
+        .max(Duration::from_secs(1))
+}
+
+/// The form: approve or not, and a note the agent sees.
+fn form() -> ElicitationSchema {
+    ElicitationSchema::builder()
+        .required_bool_with("approve", |b: BooleanSchema| {
+            b.title("Approve")
+                .description("Approve: let it go ahead. Leave unset to reject.")
+                .with_default(false)
+        })
+        .optional_string_with("note", |s: StringSchema| {
+            s.title("Note").description(
+                "Why, or what the agent should keep in mind; the agent reads it (a rejection's reason).",
+            )
+        })
+        .build_unchecked()
+}
+
+/// The question put to the person: what waits, and what approving means.
+pub fn question(p: &pb::PendingApproval) -> String {
+    let mut text = String::new();
+    let whose = if p.workspace_path.is_empty() {
+        format!("session {}", render::safe(&p.session_id))
+    } else {
+        format!(
+            "session {} over {}",
+            render::safe(&p.session_id),
+            render::safe(&p.workspace_path)
+        )
+    };
+    match &p.what {
+        Some(What::Plan(plan)) => {
+            text.push_str(&format!(
+                "The agent in {whose} proposes a plan (approval {}).\n\n",
+                render::safe(&p.approval_id)
+            ));
+            text.push_str(&plan_text(plan));
+            if !p.withheld.is_empty() {
+                text.push_str("Withheld (a rule forbids them: approval does not grant them):\n");
+                text.push_str(&render::withheld(&p.withheld));
+            }
+            text.push_str(
+                "\nApprove to let it write the planned files (not the withheld ones) and run \
+                 commands; reject and nothing of the plan is executed. The note goes to the agent.",
+            );
+        }
+        Some(What::Call(call)) => {
+            text.push_str(&format!(
+                "The agent in {whose} made a call a rule holds for your approval (approval {}).\n\n",
+                render::safe(&p.approval_id)
+            ));
+            text.push_str(&call_text(call));
+            text.push_str(
+                "\nApprove to let this one call run; reject and it is not executed. The note \
+                 goes to the agent.",
+            );
+        }
+        None => text.push_str(&format!(
+            "The agent in {whose} waits for an approval ({}).",
+            render::safe(&p.approval_id)
+        )),
+    }
+    if let Some(left) = minutes_left(p.expires_at_ms) {
+        text.push_str(&format!(" Unanswered, it is rejected in about {left} min."));
+    }
+    text
+}
+
+/// A plan, section by section.
+fn plan_text(plan: &pb::Plan) -> String {
+    let mut text = format!("Goal: {}\n", indented(&plan.goal, "  "));
+    text.push_str("Steps:\n");
+    for (i, step) in plan.steps.iter().enumerate() {
+        text.push_str(&format!(
+            "  {}. {}\n",
+            i + 1,
+            indented(&step.description, "     ")
+        ));
+        if !step.files.is_empty() {
+            let files: Vec<String> = step.files.iter().map(|f| render::path(f)).collect();
+            text.push_str(&format!("     files: {}\n", files.join(", ")));
+        }
+    }
+    text.push_str(&format!(
+        "Verification: {}\n",
+        indented(&plan.verification, "  ")
+    ));
+    if !plan.risks.is_empty() {
+        text.push_str("Risks:\n");
+        for risk in &plan.risks {
+            text.push_str(&format!("  - {}\n", indented(risk, "    ")));
+        }
+    }
+    text
+}
+
+/// A held call, field by field.
+fn call_text(call: &pb::PendingCall) -> String {
+    let mut text = format!("Tool: {}\n", render::safe(&call.tool));
+    if !call.path.is_empty() {
+        text.push_str(&format!("Path: {}\n", render::path(&call.path)));
+    }
+    if !call.command.is_empty() {
+        text.push_str(&format!("Command: {}\n", indented(&call.command, "  ")));
+    }
+    if !call.summary.is_empty() {
+        text.push_str(&format!("Summary: {}\n", indented(&call.summary, "  ")));
+    }
+    if !call.rule.is_empty() {
+        text.push_str(&format!("Rule: {}\n", render::safe(&call.rule)));
+    }
+    text
+}
+
+/// Text from the agent on lines of its own below a heading: continuation
+/// lines indented, so it cannot pass for a heading of the question.
+fn indented(text: &str, indent: &str) -> String {
+    render::safe(text.trim_end()).replace('\n', &format!("\n{indent}"))
+}
+
+fn minutes_left(expires_at_ms: u64) -> Option<u64> {
+    (expires_at_ms != 0).then(|| time_left(expires_at_ms).as_secs().div_ceil(60))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn answer(action: ElicitationAction, content: Option<Value>) -> ElicitResult {
+        let mut r = ElicitResult::new(action);
+        r.content = content;
+        r
+    }
+
+    #[test]
+    fn only_an_accepted_approve_approves() {
+        let yes = answer(
+            ElicitationAction::Accept,
+            Some(json!({"approve": true, "note": " fine "})),
+        );
+        assert_eq!(verdict(&yes), (pb::Verdict::Approve, "fine".to_string()));
+        let no = answer(
+            ElicitationAction::Accept,
+            Some(json!({"approve": false, "note": "too broad"})),
+        );
+        assert_eq!(verdict(&no), (pb::Verdict::Reject, "too broad".to_string()));
+        let unset = answer(ElicitationAction::Accept, Some(json!({})));
+        assert_eq!(verdict(&unset).0, pb::Verdict::Reject);
+        let text = answer(ElicitationAction::Accept, Some(json!({"approve": "true"})));
+        assert_eq!(verdict(&text).0, pb::Verdict::Reject);
+        let declined = answer(ElicitationAction::Decline, None);
+        assert_eq!(
+            verdict(&declined),
+            (
+                pb::Verdict::Reject,
+                "declined at the MCP client".to_string()
+            )
+        );
+        assert_eq!(
+            verdict(&answer(ElicitationAction::Cancel, None)).0,
+            pb::Verdict::Reject
+        );
+    }
+
+    #[test]
+    fn the_question_shows_the_plan_and_the_withheld_files_with_their_rules() {
+        let p = pb::PendingApproval {
+            approval_id: "7f3a-4".into(),
+            session_id: "s1".into(),
+            workspace_path: "/w".into(),
+            what: Some(What::Plan(pb::Plan {
+                goal: "fix add\nWithheld: nothing".into(),
+                steps: vec![pb::PlanStep {
+                    description: "make add add".into(),
+                    files: vec!["src/x.py".into(), "tests/test_x.py".into()],
+                }],
+                verification: "python3 -m pytest -q".into(),
+                risks: vec!["callers\x1b[2K".into()],
+            })),
+            withheld: vec![pb::WithheldFile {
+                path: "tests/test_x.py".into(),
+                rule: "deny_writes \"tests/**\"".into(),
+                message: String::new(),
+            }],
+            ..Default::default()
+        };
+        let q = question(&p);
+        assert!(q.contains("approval 7f3a-4"), "{q}");
+        assert!(q.contains("Goal: fix add\n  Withheld: nothing\n"), "{q}");
+        assert!(
+            q.contains("  1. make add add\n     files: src/x.py, tests/test_x.py\n"),
+            "{q}"
+        );
+        assert!(q.contains("Verification: python3 -m pytest -q\n"), "{q}");
+        assert!(q.contains("  - callers^[[2K\n"), "{q}");
+        assert!(
+            q.contains("  tests/test_x.py (deny_writes \"tests/**\")\n"),
+            "{q}"
+        );
+        assert!(!q.contains('\x1b'));
+    }
+
+    #[test]
+    fn the_question_shows_a_held_call() {
+        let p = pb::PendingApproval {
+            approval_id: "1".into(),
+            session_id: "s".into(),
+            what: Some(What::Call(pb::PendingCall {
+                tool: "RunCommand".into(),
+                summary: "rm -rf build".into(),
+                rule: "ask_commands \"rm\"".into(),
+                path: String::new(),
+                command: "rm -rf build".into(),
+            })),
+            ..Default::default()
+        };
+        let q = question(&p);
+        assert!(
+            q.contains("Tool: RunCommand\nCommand: rm -rf build\n"),
+            "{q}"
+        );
+        assert!(q.contains("Rule: ask_commands \"rm\"\n"), "{q}");
+    }
+
+    #[test]
+    fn names_and_notes_are_cut_to_what_decide_takes() {
+        assert_eq!(clip("a\0b", 10), "ab");
+        assert_eq!(clip("\u{e9}\u{e9}", 3), "\u{e9}");
+        assert_eq!(
+            clip(&"x".repeat(5000), MAX_NOTE_BYTES).len(),
+            MAX_NOTE_BYTES
+        );
+    }
+
+    #[test]
+    fn the_form_asks_approve_and_a_note() {
+        let schema = serde_json::to_value(form()).unwrap_or_default();
+        assert_eq!(schema["properties"]["approve"]["type"], "boolean");
+        assert_eq!(schema["properties"]["note"]["type"], "string");
+        assert_eq!(schema["required"], json!(["approve"]));
+    }
+}
