@@ -9,7 +9,6 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use sandboxd::pb;
 use sandboxd::session::defaults;
-use tonic_types::StatusExt;
 
 use super::connect::Client;
 use super::print::Stdio;
@@ -232,6 +231,15 @@ pub enum Verb {
         #[arg(long)]
         journal: bool,
     },
+    /// Decide the plans and calls waiting for a person's approval: on a
+    /// terminal one item at a time, one key each (y approve, n reject, s
+    /// skip, q quit), waiting for more when none waits; piped or with
+    /// --once, print them once. Needs the operator's or the approver token.
+    Approvals(super::approvals::ApprovalsArgs),
+    /// Approve a waiting plan or call by its id.
+    Approve(super::approvals::DecideArgs),
+    /// Reject a waiting plan or call by its id; the agent sees the note.
+    Reject(super::approvals::DecideArgs),
     /// Search file contents with a regular expression.
     Grep {
         /// Regular expression.
@@ -282,6 +290,22 @@ pub struct SessionSpec {
     /// Extra regular expression the slip guard refuses (repeatable).
     #[arg(long = "guard-pattern")]
     pub guard_patterns: Vec<String>,
+    /// Glob of paths whose writes wait for a person's approval (`sandboxd
+    /// approvals`), e.g. "src/**" (repeatable); a deny always wins.
+    #[arg(long = "ask-write")]
+    pub ask_writes: Vec<String>,
+    /// Regular expression of commands that wait for a person's approval
+    /// (repeatable).
+    #[arg(long = "ask-command")]
+    pub ask_commands: Vec<String>,
+    /// Tool every call of which waits for a person's approval: CreateFile,
+    /// EditFile, ApplyPatch or RunCommand (repeatable).
+    #[arg(long = "ask-tool")]
+    pub ask_tools: Vec<String>,
+    /// Nobody watches this session: what would wait for a person (a plan,
+    /// an ask rule's call) is refused at once instead.
+    #[arg(long)]
+    pub unattended: bool,
     /// Environment variable of every command, KEY=VALUE (repeatable).
     #[arg(long = "env", value_parser = parse_key_value)]
     pub env: Vec<(String, String)>,
@@ -315,7 +339,12 @@ impl SessionSpec {
                 deny_writes: self.deny_writes.clone(),
                 allow_writes: self.allow_writes.clone(),
                 guard_patterns: self.guard_patterns.clone(),
+                ask_writes: self.ask_writes.clone(),
+                ask_commands: self.ask_commands.clone(),
+                ask_tools: self.ask_tools.clone(),
+                ..Default::default()
             }),
+            unattended: self.unattended,
             ..Default::default()
         }
     }
@@ -339,9 +368,9 @@ pub enum SessionCommand {
         /// SANDBOXD_SESSION_TOKEN (`eval "$(sandboxd session create --export)"`).
         #[arg(long, conflicts_with = "quiet")]
         export: bool,
-        /// What the session runs and may do.
+        /// What the session runs and may do (boxed: the largest verb).
         #[command(flatten)]
-        spec: SessionSpec,
+        spec: Box<SessionSpec>,
     },
     /// Kill the session's sandbox and start a fresh one over the same
     /// workspace (default: --session): clears anything left running, such
@@ -370,8 +399,21 @@ impl Verb {
     fn acts_on_session(&self) -> bool {
         !matches!(
             self,
-            Verb::Session(SessionCommand::Create { .. } | SessionCommand::List) | Verb::Env(_)
+            Verb::Session(SessionCommand::Create { .. } | SessionCommand::List)
+                | Verb::Env(_)
+                | Verb::Approvals(_)
+                | Verb::Approve(_)
+                | Verb::Reject(_)
         )
+    }
+
+    /// The token the verb was told to read from a file, if any.
+    fn token_from_file(&self) -> Result<Option<String>, AnyError> {
+        match self {
+            Verb::Approvals(a) => a.token.read(),
+            Verb::Approve(d) | Verb::Reject(d) => d.token.read(),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -379,7 +421,10 @@ impl Verb {
 /// over stdout and stderr. Without a token, the one a service of this user
 /// made for exactly that address is sent (see `token`).
 pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<ExitCode, AnyError> {
-    let token = token.or_else(|| token::local_token(target.addr()));
+    let token = match verb.token_from_file()? {
+        Some(from_file) => Some(from_file),
+        None => token.or_else(|| token::local_token(target.addr())),
+    };
     let mut con = Console::stdio();
     let code = match call(target, token, verb, &mut con).await {
         Ok(code) => code,
@@ -546,13 +591,21 @@ async fn call(
                     text
                 }
             };
-            c.create_file(pb::CreateFileRequest {
-                session_id: need_session()?,
-                path,
-                content,
-            })
-            .await
-            .map(|r| print::created(con, &r.into_inner()))
+            let created = c
+                .create_file(pb::CreateFileRequest {
+                    session_id: need_session()?,
+                    path,
+                    content,
+                })
+                .await
+                .map(tonic::Response::into_inner);
+            if let Ok(r) = &created {
+                print::created(con, r);
+                if r.rejected.is_some() {
+                    return Ok(ExitCode::from(EXIT_FAILURE));
+                }
+            }
+            created.map(drop)
         }
         Verb::Edit {
             path,
@@ -578,14 +631,22 @@ async fn call(
                     replace_all,
                 })
                 .collect();
-            c.edit_file(pb::EditFileRequest {
-                session_id: need_session()?,
-                path,
-                edits,
-                expected_sha256: expected_sha256.unwrap_or_default(),
-            })
-            .await
-            .map(|r| print::edited(con, &r.into_inner()))
+            let edited = c
+                .edit_file(pb::EditFileRequest {
+                    session_id: need_session()?,
+                    path,
+                    edits,
+                    expected_sha256: expected_sha256.unwrap_or_default(),
+                })
+                .await
+                .map(tonic::Response::into_inner);
+            if let Ok(r) = &edited {
+                print::edited(con, r);
+                if r.rejected.is_some() {
+                    return Ok(ExitCode::from(EXIT_FAILURE));
+                }
+            }
+            edited.map(drop)
         }
         Verb::Ls { path } => c
             .list_dir(pb::ListDirRequest {
@@ -636,14 +697,18 @@ async fn call(
             })
             .await
             .map(|r| print::matches(con, &r.into_inner())),
+        Verb::Approvals(args) => return super::approvals::approvals(&mut c, args, con).await,
+        Verb::Approve(args) => {
+            super::approvals::decide(&mut c, args, pb::Verdict::Approve, con).await?
+        }
+        Verb::Reject(args) => {
+            super::approvals::decide(&mut c, args, pb::Verdict::Reject, con).await?
+        }
     };
     match outcome {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(status) => {
-            let reason = status
-                .get_details_error_info()
-                .map_or_else(|| format!("{:?}", status.code()), |i| i.reason);
-            con.status(format_args!("refused [{reason}]: {}", status.message()));
+            print::refusal(con, &status);
             Ok(ExitCode::from(EXIT_FAILURE))
         }
     }
@@ -672,6 +737,10 @@ async fn run_streaming(
                     exit.exit_code.clamp(0, 255) as u8
                 };
                 return Ok(ExitCode::from(code));
+            }
+            Some(Event::Rejected(rejected)) => {
+                print::rejection(con, &rejected);
+                return Ok(ExitCode::from(EXIT_FAILURE));
             }
             Some(Event::Started(_)) | None => {}
         }

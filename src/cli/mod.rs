@@ -8,9 +8,11 @@
 //! (the client verbs), `connect` (reaching the service), `print` (showing
 //! replies), `terminal` (neutralising what reaches a terminal), `env`
 //! (environments), `checkpoint` (changes and checkpoints), `transfer`
-//! (archives in and out, patches), `mcp` (the tools of a session for MCP
-//! clients), `demo` and `bench`. The library never depends on any of it.
+//! (archives in and out, patches), `approvals` (a person deciding plans and
+//! `ask` calls), `mcp` (the tools of a session for MCP clients), `demo` and
+//! `bench`. The library never depends on any of it.
 
+mod approvals;
 pub mod bench;
 mod checkpoint;
 pub mod client;
@@ -94,7 +96,7 @@ pub enum Command {
     },
     /// The client verbs: `run`, `session`, `env`, `diff`, `checkpoint`,
     /// `upload`, `download`, `apply`, `read`, `create`, `edit`, `ls`,
-    /// `find`, `report`, `grep`.
+    /// `find`, `report`, `approvals`, `approve`, `reject`, `grep`.
     #[command(flatten)]
     Client(client::Verb),
 }

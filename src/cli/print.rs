@@ -134,6 +134,9 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
             list(&r.untouched)
         ));
     }
+    if let Some(plan) = &r.plan {
+        approved_plan(con, plan);
+    }
     if let Some(v) = &r.verification {
         let verdict = match (v.ran, v.ran_after_last_write, v.passed) {
             (false, _, _) => "never ran".to_string(),
@@ -210,6 +213,18 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
         if !p.guard_patterns.is_empty() {
             rules.push(format!("guard {}", p.guard_patterns.join(", ")));
         }
+        if !p.ask_writes.is_empty() {
+            rules.push(format!("ask writes {}", p.ask_writes.join(", ")));
+        }
+        if !p.ask_commands.is_empty() {
+            rules.push(format!("ask commands {}", p.ask_commands.join(", ")));
+        }
+        if !p.ask_tools.is_empty() {
+            rules.push(format!("ask tools {}", p.ask_tools.join(", ")));
+        }
+        if !p.plan_files.is_empty() {
+            rules.push(format!("plan files only ({})", p.plan_files.len()));
+        }
         if !rules.is_empty() {
             con.out(format_args!("policy    {}\n", rules.join("; ")));
         }
@@ -230,6 +245,14 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
             "container (none yet; starts with the first command)\n"
         )),
         (id, _) => con.out(format_args!("container {}\n", prefix(id, 12))),
+    }
+    if s.unattended {
+        con.out(format_args!(
+            "unattended (nothing waits for a person: plans and ask rules are refused at once)\n"
+        ));
+    }
+    if let Some(plan) = &s.plan {
+        approved_plan(con, plan);
     }
     for note in &s.notes {
         con.out(format_args!("note      {note}\n"));
@@ -265,13 +288,19 @@ pub fn sessions(con: &mut Console<impl Write, impl Write>, r: &pb::ListSessionsR
     }
 }
 
-/// Prints what creating a file did.
+/// Prints what creating a file did, or that a person rejected it.
 pub fn created(con: &mut Console<impl Write, impl Write>, r: &pb::CreateFileResponse) {
+    if let Some(rejected) = &r.rejected {
+        return rejection(con, rejected);
+    }
     con.out(format_args!("{}\nsha256 {}\n", r.message, r.sha256));
 }
 
-/// Prints what an edit did, with its diff.
+/// Prints what an edit did, with its diff, or that a person rejected it.
 pub fn edited(con: &mut Console<impl Write, impl Write>, r: &pb::EditFileResponse) {
+    if let Some(rejected) = &r.rejected {
+        return rejection(con, rejected);
+    }
     con.out(format_args!("{}\n{}", r.message, r.diff));
     if r.diff_truncated {
         con.out(format_args!("... (diff truncated)\n"));
@@ -311,5 +340,373 @@ pub fn matches(con: &mut Console<impl Write, impl Write>, r: &pb::SearchFilesRes
     }
     if r.truncated {
         con.out(format_args!("... (more matches)\n"));
+    }
+}
+
+/// Text in words (a goal, a step, a risk, a note, a rule), on one line:
+/// as it is unless it holds a newline or another control character, then
+/// quoted with those escaped (see [`name`]), so that a model's text cannot
+/// pose as lines of the listing around it. Quotes alone stay as they are.
+fn words(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        name(s)
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+/// A span of milliseconds in words: "45 s", "9 min 48 s", "2 h 5 min".
+fn span(ms: u64) -> String {
+    let s = ms.div_ceil(1000);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// Prints a plan: its goal, each step with its files (a file approval
+/// withholds marked with the rule that withholds it), the verification
+/// and the risks.
+pub fn plan(
+    con: &mut Console<impl Write, impl Write>,
+    p: &pb::Plan,
+    withheld: &[pb::WithheldFile],
+) {
+    let rule_of = |path: &str| {
+        withheld
+            .iter()
+            .find(|w| w.path == path)
+            .map(|w| w.rule.as_str())
+    };
+    con.out(format_args!("  goal          {}\n", words(&p.goal)));
+    for (i, step) in p.steps.iter().enumerate() {
+        con.out(format_args!(
+            "  step {:<8} {}\n",
+            i + 1,
+            words(&step.description)
+        ));
+        for file in &step.files {
+            match rule_of(file) {
+                Some(rule) => con.out(format_args!(
+                    "                  {}  (withheld: {})\n",
+                    name(file),
+                    words(rule)
+                )),
+                None => con.out(format_args!("                  {}\n", name(file))),
+            }
+        }
+    }
+    con.out(format_args!("  verification  {}\n", words(&p.verification)));
+    if p.risks.is_empty() {
+        con.out(format_args!("  risks         (none named)\n"));
+    }
+    for (i, risk) in p.risks.iter().enumerate() {
+        let label = if i == 0 { "risks" } else { "" };
+        con.out(format_args!("  {label:<13} - {}\n", words(risk)));
+    }
+    withheld_files(con, withheld, "approval would withhold");
+}
+
+/// Prints the planned files a rule withholds, each with its rule.
+fn withheld_files(
+    con: &mut Console<impl Write, impl Write>,
+    withheld: &[pb::WithheldFile],
+    what: &str,
+) {
+    if withheld.is_empty() {
+        return;
+    }
+    con.out(format_args!("  {what} ({}):\n", withheld.len()));
+    for w in withheld {
+        con.out(format_args!(
+            "    {}  by {}\n",
+            name(&w.path),
+            words(&w.rule)
+        ));
+    }
+}
+
+/// Prints one plan or call waiting for a person; `now_ms` (since the
+/// epoch) dates its age and how long it has left.
+pub fn pending(con: &mut Console<impl Write, impl Write>, p: &pb::PendingApproval, now_ms: u64) {
+    use pb::pending_approval::What;
+    let kind = match &p.what {
+        Some(What::Plan(_)) => "plan",
+        Some(What::Call(_)) => "call",
+        None => "item",
+    };
+    let left = if p.expires_at_ms == 0 {
+        String::new()
+    } else if p.expires_at_ms > now_ms {
+        format!(
+            ", rejected in {} unless answered",
+            span(p.expires_at_ms - now_ms)
+        )
+    } else {
+        ", its time is up".to_string()
+    };
+    con.out(format_args!(
+        "{kind} {}  session {}  (waiting {}{left})\n",
+        words(&p.approval_id),
+        words(&p.session_id),
+        span(now_ms.saturating_sub(p.requested_at_ms)),
+    ));
+    con.out(format_args!(
+        "  workspace     {}\n",
+        name(&p.workspace_path)
+    ));
+    match &p.what {
+        Some(What::Plan(pl)) => plan(con, pl, &p.withheld),
+        Some(What::Call(c)) => {
+            con.out(format_args!("  tool          {}\n", words(&c.tool)));
+            con.out(format_args!("  summary       {}\n", words(&c.summary)));
+            if !c.path.is_empty() {
+                con.out(format_args!("  path          {}\n", name(&c.path)));
+            }
+            if !c.command.is_empty() {
+                con.out(format_args!("  command       {}\n", words(&c.command)));
+            }
+            con.out(format_args!("  asked by      {}\n", words(&c.rule)));
+        }
+        None => con.out(format_args!(
+            "  (a kind of item this client does not know; update sandboxd)\n"
+        )),
+    }
+}
+
+/// Who decided and when, in words: "approver alice: \"looks right\"".
+fn decision(d: &pb::Decision) -> String {
+    let mut s = words(&d.decided_by).into_owned();
+    if !d.note.is_empty() {
+        s.push_str(&format!(": {}", words(&d.note)));
+    }
+    s
+}
+
+/// Prints the plan a session was granted: what it is for, the files it may
+/// write, those a rule withholds and who approved it.
+pub fn approved_plan(con: &mut Console<impl Write, impl Write>, a: &pb::ApprovedPlan) {
+    let by = a
+        .decision
+        .as_ref()
+        .map(|d| format!(", approved by {}", decision(d)))
+        .unwrap_or_default();
+    con.out(format_args!("plan      {}{by}\n", words(&a.approval_id)));
+    if let Some(p) = &a.plan {
+        con.out(format_args!("  goal          {}\n", words(&p.goal)));
+        con.out(format_args!("  verification  {}\n", words(&p.verification)));
+    }
+    let granted: Vec<_> = a.granted.iter().map(|g| name(g)).collect();
+    con.out(format_args!(
+        "  granted       {}\n",
+        if granted.is_empty() {
+            "-".to_string()
+        } else {
+            granted.join(", ")
+        }
+    ));
+    withheld_files(con, &a.withheld, "withheld");
+}
+
+/// Prints that a person (or nobody, in time) rejected a call or plan:
+/// nothing of it was executed.
+pub fn rejection(con: &mut Console<impl Write, impl Write>, r: &pb::Rejection) {
+    let who = match (&r.decision, r.timed_out) {
+        (_, true) => "nobody answered in time".to_string(),
+        (Some(d), false) => format!("rejected by {}", decision(d)),
+        (None, false) => format!("rejected: {}", words(&r.reason)),
+    };
+    con.status(format_args!(
+        "rejected [{}]: not executed; {who}",
+        words(&r.approval_id)
+    ));
+    if !r.message.is_empty() {
+        con.status(format_args!("{}", r.message));
+    }
+}
+
+/// Prints a refused call: its reason and the service's message.
+pub fn refusal(con: &mut Console<impl Write, impl Write>, status: &tonic::Status) {
+    use tonic_types::StatusExt;
+    let reason = status
+        .get_details_error_info()
+        .map_or_else(|| format!("{:?}", status.code()), |i| i.reason);
+    con.status(format_args!("refused [{reason}]: {}", status.message()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a console over two buffers printed: (stdout, stderr).
+    fn printed(f: impl FnOnce(&mut Console<Vec<u8>, Vec<u8>>)) -> (String, String) {
+        let mut con = Console::new(Vec::new(), false, Vec::new(), false);
+        f(&mut con);
+        let (out, err) = con.into_writers();
+        (
+            String::from_utf8(out).expect("utf-8"),
+            String::from_utf8(err).expect("utf-8"),
+        )
+    }
+
+    fn withheld(path: &str, rule: &str) -> pb::WithheldFile {
+        pb::WithheldFile {
+            path: path.into(),
+            rule: rule.into(),
+            message: String::new(),
+        }
+    }
+
+    fn a_plan() -> pb::Plan {
+        pb::Plan {
+            goal: "Make add() add".into(),
+            steps: vec![
+                pb::PlanStep {
+                    description: "Fix the operator".into(),
+                    files: vec!["calc.py".into()],
+                },
+                pb::PlanStep {
+                    description: "Cover it with a test".into(),
+                    files: vec!["tests/test_x.py".into()],
+                },
+            ],
+            verification: "pytest -q".into(),
+            risks: vec!["callers relying on subtraction".into()],
+        }
+    }
+
+    #[test]
+    fn a_pending_plan_shows_goal_steps_files_verification_risks_and_withheld_rules() {
+        let p = pb::PendingApproval {
+            approval_id: "7f3a-4".into(),
+            session_id: "s1".into(),
+            workspace_path: "/w".into(),
+            requested_at_ms: 10_000,
+            expires_at_ms: 610_000,
+            what: Some(pb::pending_approval::What::Plan(a_plan())),
+            withheld: vec![withheld("tests/test_x.py", "deny_writes \"tests/**\"")],
+        };
+        let (out, _) = printed(|con| pending(con, &p, 22_000));
+        let expected = "\
+plan 7f3a-4  session s1  (waiting 12 s, rejected in 9 min 48 s unless answered)
+  workspace     /w
+  goal          Make add() add
+  step 1        Fix the operator
+                  calc.py
+  step 2        Cover it with a test
+                  tests/test_x.py  (withheld: deny_writes \"tests/**\")
+  verification  pytest -q
+  risks         - callers relying on subtraction
+  approval would withhold (1):
+    tests/test_x.py  by deny_writes \"tests/**\"
+";
+        assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn a_pending_call_shows_tool_summary_path_command_and_rule() {
+        let p = pb::PendingApproval {
+            approval_id: "7f3a-5".into(),
+            session_id: "s1".into(),
+            workspace_path: "/w".into(),
+            requested_at_ms: 1_000,
+            expires_at_ms: 0,
+            what: Some(pb::pending_approval::What::Call(pb::PendingCall {
+                tool: "RunCommand".into(),
+                summary: "make deploy".into(),
+                rule: "ask_commands deploy".into(),
+                path: String::new(),
+                command: "make deploy".into(),
+            })),
+            withheld: vec![],
+        };
+        let (out, _) = printed(|con| pending(con, &p, 61_000));
+        assert!(
+            out.starts_with("call 7f3a-5  session s1  (waiting 1 min 0 s)\n"),
+            "{out}"
+        );
+        assert!(out.contains("  tool          RunCommand\n"), "{out}");
+        assert!(out.contains("  command       make deploy\n"), "{out}");
+        assert!(
+            out.contains("  asked by      ask_commands deploy\n"),
+            "{out}"
+        );
+        assert!(!out.contains("  path "), "{out}");
+    }
+
+    #[test]
+    fn text_a_model_wrote_cannot_forge_lines() {
+        let mut p = a_plan();
+        p.goal = "x\n  approval would withhold (0):".into();
+        let (out, _) = printed(|con| plan(con, &p, &[]));
+        assert!(out.starts_with("  goal          \"x\\n  approval"), "{out}");
+        assert_eq!(out.lines().filter(|l| l.contains("withhold")).count(), 1);
+    }
+
+    #[test]
+    fn a_rejection_says_nothing_ran_and_who_or_that_nobody_answered() {
+        let by_person = pb::Rejection {
+            approval_id: "7f3a-6".into(),
+            reason: "not now".into(),
+            timed_out: false,
+            decision: Some(pb::Decision {
+                decided_by: "approver alice".into(),
+                note: "not now".into(),
+                decided_at_ms: 5,
+            }),
+            message: "The call was not executed.".into(),
+        };
+        let (_, err) = printed(|con| rejection(con, &by_person));
+        assert_eq!(
+            err,
+            "rejected [7f3a-6]: not executed; rejected by approver alice: not now\n\
+             The call was not executed.\n"
+        );
+        let timed_out = pb::Rejection {
+            timed_out: true,
+            decision: None,
+            reason: "nobody answered".into(),
+            ..by_person
+        };
+        let (_, err) = printed(|con| rejection(con, &timed_out));
+        assert!(err.starts_with("rejected [7f3a-6]: not executed; nobody answered in time\n"));
+    }
+
+    #[test]
+    fn a_report_shows_the_approved_plan_beside_the_reconciliation() {
+        let r = pb::SessionReport {
+            planned_touched: vec!["calc.py".into()],
+            untouched: vec![],
+            plan: Some(pb::ApprovedPlan {
+                approval_id: "7f3a-4".into(),
+                plan: Some(a_plan()),
+                granted: vec!["calc.py".into()],
+                withheld: vec![withheld("tests/test_x.py", "deny_writes tests/**")],
+                decision: Some(pb::Decision {
+                    decided_by: "operator".into(),
+                    note: String::new(),
+                    decided_at_ms: 1,
+                }),
+            }),
+            ..Default::default()
+        };
+        let (out, _) = printed(|con| report(con, &r, false));
+        let plan_at = out
+            .find("plan      7f3a-4, approved by operator\n")
+            .expect(&out);
+        assert!(
+            out[plan_at..].contains("  goal          Make add() add\n"),
+            "{out}"
+        );
+        assert!(
+            out[plan_at..].contains("  granted       calc.py\n"),
+            "{out}"
+        );
+        assert!(
+            out[plan_at..].contains("    tests/test_x.py  by deny_writes tests/**\n"),
+            "{out}"
+        );
+        assert!(out.contains("planned and touched: calc.py\n"), "{out}");
     }
 }
