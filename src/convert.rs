@@ -1,5 +1,8 @@
 //! Every conversion between generated wire types and domain types. Nothing
-//! outside this module and `service` sees a `pb` type.
+//! outside this module and `service` sees a `pb` type. Plans and
+//! approvals are in `approvals`.
+
+mod approvals;
 
 use crate::session::{DownloadEvent, Restore, Upload};
 use crate::workspace::PatchedFile;
@@ -41,8 +44,14 @@ impl From<pb::CreateSessionRequest> for NewSession {
                     deny_writes: p.deny_writes,
                     allow_writes: p.allow_writes,
                     guard_patterns: p.guard_patterns,
+                    ask_writes: p.ask_writes,
+                    ask_commands: p.ask_commands,
+                    ask_tools: p.ask_tools,
+                    // Only an approved plan sets it; a caller's is refused.
+                    plan_files: (!p.plan_files.is_empty()).then_some(p.plan_files),
                 }
             },
+            unattended: r.unattended,
         }
     }
 }
@@ -65,6 +74,8 @@ impl From<Info> for pb::Session {
             environment: i.environment.unwrap_or_default(),
             notes: i.notes,
             session_token: i.session_token.unwrap_or_default(),
+            unattended: i.unattended,
+            plan: i.plan.map(Into::into),
         }
     }
 }
@@ -213,6 +224,7 @@ impl From<CreateOutput> for pb::CreateFileResponse {
             sha256: o.sha256,
             message: o.message,
             total_lines: o.total_lines,
+            rejected: None,
         }
     }
 }
@@ -238,6 +250,7 @@ impl From<EditOutput> for pb::EditFileResponse {
             sha256: o.sha256,
             message: o.message,
             diff_truncated: o.diff_truncated,
+            rejected: None,
         }
     }
 }
@@ -422,6 +435,10 @@ impl From<Rules> for pb::Policy {
             deny_writes: r.deny_writes,
             allow_writes: r.allow_writes,
             guard_patterns: r.guard_patterns,
+            ask_writes: r.ask_writes,
+            ask_commands: r.ask_commands,
+            ask_tools: r.ask_tools,
+            plan_files: r.plan_files.unwrap_or_default(),
         }
     }
 }
@@ -502,6 +519,7 @@ impl From<(String, Report)> for pb::SessionReport {
             journal_dropped: r.dropped,
             journal_file_lines_dropped: r.file_lines_dropped,
             checkpoints: r.checkpoints.into_iter().map(Into::into).collect(),
+            plan: None,
         }
     }
 }
@@ -770,6 +788,7 @@ impl From<Vec<PatchedFile>> for pb::ApplyPatchResponse {
                 })
                 .collect(),
             message,
+            rejected: None,
         }
     }
 }

@@ -36,15 +36,17 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 struct BearerAuth {
     expected: Option<Arc<Vec<u8>>>,
     build: Option<Arc<Vec<u8>>>,
+    approver: Option<Arc<Vec<u8>>>,
     registry: Arc<Registry>,
 }
 
 impl BearerAuth {
-    fn new(token: Option<String>, build: Option<String>, registry: Arc<Registry>) -> Self {
-        let header = |t: String| Arc::new(format!("Bearer {t}").into_bytes());
+    fn new(access: &Access, registry: Arc<Registry>) -> Self {
+        let header = |t: &String| Arc::new(format!("Bearer {t}").into_bytes());
         BearerAuth {
-            expected: token.map(header),
-            build: build.map(header),
+            expected: access.token.as_ref().map(header),
+            build: access.build_token.as_ref().map(header),
+            approver: access.approver_token.as_ref().map(header),
             registry,
         }
     }
@@ -58,8 +60,15 @@ impl BearerAuth {
         let Some(expected) = &self.expected else {
             return Some((Caller::Admin, builder));
         };
+        let approver = self
+            .approver
+            .as_ref()
+            .is_some_and(|a| crate::secret::constant_time_eq(given, a));
         if builder || crate::secret::constant_time_eq(given, expected) {
             return Some((Caller::Admin, builder));
+        }
+        if approver {
+            return Some((Caller::Approver, false));
         }
         let token = given.strip_prefix(b"Bearer ")?;
         let session = self.registry.session_of_token(token)?;
@@ -91,7 +100,7 @@ impl Interceptor for BearerAuth {
 fn vouch(req: &tonic::Request<()>, caller: &Caller) {
     if let Some(admission) = req.extensions().get::<Admission>() {
         let session = match caller {
-            Caller::Admin => None,
+            Caller::Admin | Caller::Approver => None,
             Caller::Session(id) => Some(id.as_str()),
         };
         admission.vouch(session);
@@ -148,6 +157,9 @@ pub struct Access {
     /// The operator's build token: a call carrying it (instead of `token`)
     /// may also build and delete environments.
     pub build_token: Option<String>,
+    /// The operator's approver token: a call carrying it may list and
+    /// decide what waits for a person, and nothing else.
+    pub approver_token: Option<String>,
     /// Serve TLS with this identity.
     pub tls: Option<TlsIdentity>,
     /// How many connections may be open, and how long one may stay
@@ -220,7 +232,7 @@ pub async fn serve(
     let sandbox = SandboxServer::new(SandboxService::new(Arc::clone(&registry)))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let auth = BearerAuth::new(access.token, access.build_token, Arc::clone(&registry));
+    let auth = BearerAuth::new(&access, Arc::clone(&registry));
     let sandbox = InterceptedService::new(sandbox, auth.clone());
     let reflection_v1alpha = InterceptedService::new(reflection_v1alpha, auth.clone());
 

@@ -9,7 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::{self, sandbox_server::Sandbox};
-use crate::session::{Caller, Registry};
+use crate::session::{Caller, Gated, Registry};
 
 /// The `sandboxd.v1.Sandbox` service over a session registry.
 #[derive(Debug, Clone)]
@@ -47,6 +47,9 @@ pub type BuildStream =
 /// Messages of one DownloadArchive call.
 pub type DownloadStream =
     Pin<Box<dyn Stream<Item = Result<pb::DownloadArchiveResponse, Status>> + Send>>;
+
+/// Events of one SubmitPlan call.
+pub type PlanStream = Pin<Box<dyn Stream<Item = Result<pb::PlanEvent, Status>> + Send>>;
 
 /// Events of one RunCommand call.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Status>> + Send>>;
@@ -174,9 +177,15 @@ impl Sandbox for SandboxService {
         let caller = caller(&req);
         let r = req.into_inner();
         let session = self.registry.get(&caller, &r.session_id)?;
-        let events = session.run_command(r.into()).await?;
-        let stream = ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e)));
-        Ok(Response::new(Box::pin(stream)))
+        let stream: EventStream = match session.run_command(r.into()).await? {
+            Gated::Done(events) => {
+                Box::pin(ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e))))
+            }
+            Gated::Rejected(r) => Box::pin(futures_util::stream::once(async move {
+                Ok(pb::RunCommandEvent::from(r))
+            })),
+        };
+        Ok(Response::new(stream))
     }
 
     async fn get_session_report(
@@ -376,5 +385,60 @@ impl Sandbox for SandboxService {
             Err(e) => Err(Status::from(e)),
         });
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    type SubmitPlanStream = PlanStream;
+
+    async fn submit_plan(&self, req: Request<pb::SubmitPlanRequest>) -> Reply<PlanStream> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let events = session
+            .submit_plan(r.plan.unwrap_or_default().into())
+            .await?;
+        let stream = ReceiverStream::new(events).map(|e| Ok(pb::PlanEvent::from(e)));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_pending_approvals(
+        &self,
+        req: Request<pb::ListPendingApprovalsRequest>,
+    ) -> Reply<pb::ListPendingApprovalsResponse> {
+        let caller = caller(&req);
+        let wait = std::time::Duration::from_millis(req.into_inner().wait_ms);
+        let pending = self.registry.pending_approvals(&caller, wait).await?;
+        Ok(Response::new(pb::ListPendingApprovalsResponse {
+            pending: pending.into_iter().map(Into::into).collect(),
+        }))
+    }
+
+    async fn decide(&self, req: Request<pb::DecideRequest>) -> Reply<pb::DecideResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let approve = match pb::Verdict::try_from(r.verdict) {
+            Ok(pb::Verdict::Approve) => true,
+            Ok(pb::Verdict::Reject) => false,
+            _ => {
+                return Err(crate::session::Error::InvalidArgument {
+                    field: "verdict",
+                    why: "give VERDICT_APPROVE or VERDICT_REJECT".into(),
+                }
+                .into());
+            }
+        };
+        let decided =
+            self.registry
+                .decide(&caller, &r.approval_id, approve, &r.decided_by, &r.note)?;
+        let outcome = if approve { "approved" } else { "rejected" };
+        Ok(Response::new(pb::DecideResponse {
+            message: format!(
+                "{} {outcome}; session {} was told",
+                decided.asked.brief(),
+                decided.session
+            ),
+            approval_id: decided.id,
+            session_id: decided.session,
+            outcome: outcome.to_string(),
+        }))
     }
 }

@@ -17,6 +17,8 @@ use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::{Limits, Runtime, runsc};
 use sandboxd::session::{Config, Registry, SandboxConfig, defaults};
 
+mod approvals;
+
 use super::token::{LISTEN_FILE, TOKEN_FILE, make_token};
 use super::{AnyError, SERVICE_NAME_ENV};
 
@@ -79,6 +81,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     deny_writes: Vec<String>,
+    /// People in the loop: ask rules and approvers.
+    #[command(flatten)]
+    approvals: approvals::ApprovalArgs,
     /// Directory where each session's journal is appended as JSON lines
     /// (<dir>/<session id>.jsonl), for external audit.
     #[arg(long, env = "SANDBOXD_JOURNAL_DIR")]
@@ -329,7 +334,8 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     config.default_ttl = Duration::from_secs(args.default_ttl);
     config.max_ttl = Duration::from_secs(args.max_ttl);
     config.max_sessions = args.max_sessions;
-    config.deny_writes = args.deny_writes;
+    config.rules.deny_writes = args.deny_writes;
+    let approver_token = args.approvals.apply(&mut config)?;
     config.journal_dir = args.journal_dir;
     config.journal_max_bytes = args.journal_max_bytes;
     config.durable = true;
@@ -540,12 +546,22 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     if build_token.is_some() && build_token == token {
         return Err("the build token must differ from the token every call carries".into());
     }
+    if approver_token.is_some() && (approver_token == token || approver_token == build_token) {
+        return Err("the approver token must differ from the service's and the build token".into());
+    }
+    if approver_token.is_some() && token.is_none() {
+        return Err(
+            "--approver-token-file needs a service token: without one every caller is the operator"
+                .into(),
+        );
+    }
     // Connections run out at --max-connections, not at a low soft limit.
     let fds = sandboxd::server::raise_fd_limit();
     tracing::debug!(open_files_limit = ?fds, "open files limit");
     let access = sandboxd::server::Access {
         token,
         build_token,
+        approver_token,
         tls,
         connections: sandboxd::server::ConnectionLimits {
             max: usize::try_from(args.max_connections).unwrap_or(usize::MAX),

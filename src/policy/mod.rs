@@ -1,10 +1,17 @@
 //! Session policy: what a session may write and run, decided here and
 //! nowhere else.
 //!
-//! A policy is the operator's rules plus the session's own, and the two only
-//! ever narrow each other: a session can add deny globs, guard patterns or
-//! make itself read-only, never lift what the operator set. Within a policy a
-//! deny always wins over a grant (`allow_writes`), whatever the order.
+//! A policy is one table with three effects: allow, deny and ask. It is the
+//! operator's rules plus the session's own, and the two only ever narrow
+//! each other: a session can add deny globs, ask rules, guard patterns or
+//! make itself read-only, never lift what the operator set. Within a policy
+//! a deny always wins over a grant (`allow_writes`, an approved plan's
+//! files) and over an ask, whatever the order.
+//!
+//! Plan mode is a preset of this table, not a flag checked elsewhere:
+//! `read_only` denies every mutation. An approved plan ([`Policy::granting`])
+//! replaces it with a grant of exactly the planned files that no deny
+//! withholds ([`plan`] says what a checkable plan holds).
 //!
 //! Write rules are matched against the path a write really lands on (symlinks
 //! resolved, no `..`), case-insensitively, and against every ancestor
@@ -15,17 +22,26 @@
 //!
 //! Commands are decided by [`Policy::check_command`]: read-only sessions run
 //! none, and the slip guard ([`guard`]) refuses obvious slips.
+//!
+//! An `ask` rule ([`ask`]) answers [`Denial::NeedsApproval`]: the caller
+//! may get a person's approval and call again with a policy that carries
+//! it ([`Policy::approving_path`], [`Policy::approving_command`]).
 
+pub mod ask;
+mod globs;
 pub mod guard;
+pub mod plan;
 
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use std::collections::BTreeSet;
 
+use ask::Ask;
+use globs::Globs;
 use guard::{Refusal, SlipGuard};
 
-/// What a session asks for at creation.
+/// A session's rules: what it asks for at creation, and what is in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rules {
-    /// Reading, listing, finding and searching only.
+    /// Reading, listing, finding and searching only (plan mode).
     pub read_only: bool,
     /// Globs of workspace paths the file tools must not write.
     pub deny_writes: Vec<String>,
@@ -33,6 +49,19 @@ pub struct Rules {
     pub allow_writes: Vec<String>,
     /// Extra regular expressions the slip guard refuses.
     pub guard_patterns: Vec<String>,
+    /// Globs of paths whose writes wait for a person's approval.
+    #[serde(default)]
+    pub ask_writes: Vec<String>,
+    /// Regular expressions of commands that wait for approval.
+    #[serde(default)]
+    pub ask_commands: Vec<String>,
+    /// Tools every call of which waits for approval.
+    #[serde(default)]
+    pub ask_tools: Vec<String>,
+    /// Set by an approved plan only: the file tools may write these files
+    /// and no others (workspace-relative, exact).
+    #[serde(default)]
+    pub plan_files: Option<Vec<String>>,
 }
 
 /// Why a call was refused by policy.
@@ -55,6 +84,30 @@ pub enum Denial {
         /// Workspace-relative path the write would land on.
         path: String,
     },
+    /// A plan was approved and the path is not one of its granted files.
+    NotInPlan {
+        /// Workspace-relative path the write would land on.
+        path: String,
+    },
+    /// An `ask` rule matches: the call needs a person's approval.
+    NeedsApproval {
+        /// The tool.
+        tool: &'static str,
+        /// Workspace-relative path a write would land on; empty for a
+        /// command.
+        path: String,
+        /// The rule that asks, in words (e.g. `ask_writes "src/**"`).
+        rule: String,
+    },
+}
+
+/// A planned file that a grant withholds, and the rule that does.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Withheld {
+    /// The planned file.
+    pub path: String,
+    /// The rule, in words: `deny_writes "tests/**"` or `allow_writes`.
+    pub rule: String,
 }
 
 /// A rule set that does not compile.
@@ -70,77 +123,32 @@ pub enum InvalidRules {
         /// Parser message.
         why: String,
     },
-    /// A guard pattern does not parse.
-    #[error("guard_patterns: {0}")]
-    Pattern(#[from] regex::Error),
+    /// A guard or ask pattern does not parse.
+    #[error("{field}: {source}")]
+    Pattern {
+        /// The request field.
+        field: &'static str,
+        /// Parser message.
+        source: regex::Error,
+    },
+    /// `ask_tools` names a tool that cannot wait for approval.
+    #[error(
+        "ask_tools: {0:?} cannot ask; only {tools} can",
+        tools = ask::TOOLS.join(", ")
+    )]
+    AskTool(String),
+    /// `plan_files` was given by a caller: only an approved plan sets it.
+    #[error("plan_files is set by an approved plan (SubmitPlan), never by the caller")]
+    PlanFiles,
 }
 
-/// Globs compiled for matching, with their text for refusals.
-#[derive(Debug, Clone)]
-struct Globs {
-    text: Vec<String>,
-    set: GlobSet,
-}
-
-impl Globs {
-    fn new(field: &'static str, globs: &[String]) -> Result<Globs, InvalidRules> {
-        let mut set = GlobSetBuilder::new();
-        for g in globs {
-            set.add(compile(field, g)?);
-        }
-        let set = set.build().map_err(|e| InvalidRules::Glob {
-            field,
-            glob: globs.join(", "),
-            why: e.to_string(),
-        })?;
-        Ok(Globs {
-            text: globs.to_vec(),
-            set,
-        })
-    }
-
-    /// The first glob matching `path` or one of its ancestor directories.
-    fn matching(&self, path: &str) -> Option<&str> {
-        let mut candidate = path;
-        loop {
-            if let Some(&i) = self.set.matches(candidate).first() {
-                return Some(&self.text[i]);
-            }
-            match candidate.rfind('/') {
-                Some(cut) => candidate = &candidate[..cut],
-                None => return None,
-            }
+/// Appends the items of `more` that `into` lacks.
+fn union(into: &mut Vec<String>, more: &[String]) {
+    for item in more {
+        if !into.contains(item) {
+            into.push(item.clone());
         }
     }
-}
-
-/// Compiles one glob: case-insensitive, `*` stays within a path component,
-/// and a glob without `/` matches names at any depth (like FindFiles).
-fn compile(field: &'static str, glob: &str) -> Result<Glob, InvalidRules> {
-    let invalid = |why: String| InvalidRules::Glob {
-        field,
-        glob: glob.to_string(),
-        why,
-    };
-    let trimmed = glob.trim_start_matches("./").trim_end_matches('/');
-    if trimmed.is_empty() || trimmed.contains('\0') {
-        return Err(invalid("it is empty".to_string()));
-    }
-    if trimmed.starts_with('/') || trimmed.split('/').any(|c| c == "..") {
-        return Err(invalid(
-            "globs are relative to the workspace root, without \"..\"".to_string(),
-        ));
-    }
-    let full = if trimmed.contains('/') {
-        trimmed.to_string()
-    } else {
-        format!("**/{trimmed}")
-    };
-    GlobBuilder::new(&full)
-        .case_insensitive(true)
-        .literal_separator(true)
-        .build()
-        .map_err(|e| invalid(e.kind().to_string()))
 }
 
 /// The rules in force for one session.
@@ -149,44 +157,69 @@ pub struct Policy {
     rules: Rules,
     deny: Globs,
     allow: Option<Globs>,
+    plan: Option<BTreeSet<String>>,
+    ask: Ask,
     guard: SlipGuard,
+    /// Call-scoped approvals a person gave (never kept in the session).
+    approved_paths: BTreeSet<String>,
+    approved_command: bool,
 }
 
 impl Policy {
-    /// The operator's deny globs and guard, narrowed by the session's `asked`
-    /// rules.
-    pub fn new(
-        operator_deny: &[String],
-        guard: &SlipGuard,
-        asked: Rules,
-    ) -> Result<Policy, InvalidRules> {
-        let mut deny_text = operator_deny.to_vec();
-        for g in &asked.deny_writes {
-            if !deny_text.contains(g) {
-                deny_text.push(g.clone());
-            }
+    /// The `operator`'s deny globs and ask rules and its `guard`, narrowed
+    /// by the session's `asked` rules. Only the operator's `deny_writes` and
+    /// `ask_*` fields are read.
+    pub fn new(operator: &Rules, guard: &SlipGuard, asked: Rules) -> Result<Policy, InvalidRules> {
+        let mut rules = asked;
+        let mut deny_writes = operator.deny_writes.clone();
+        union(&mut deny_writes, &rules.deny_writes);
+        rules.deny_writes = deny_writes;
+        for (mine, theirs) in [
+            (&mut rules.ask_writes, &operator.ask_writes),
+            (&mut rules.ask_commands, &operator.ask_commands),
+            (&mut rules.ask_tools, &operator.ask_tools),
+        ] {
+            let mut all = theirs.clone();
+            union(&mut all, mine);
+            *mine = all;
         }
-        let deny = Globs::new("deny_writes", &deny_text)?;
-        let allow = if asked.allow_writes.is_empty() {
+        let deny = Globs::new("deny_writes", &rules.deny_writes)?;
+        let allow = if rules.allow_writes.is_empty() {
             None
         } else {
-            Some(Globs::new("allow_writes", &asked.allow_writes)?)
+            Some(Globs::new("allow_writes", &rules.allow_writes)?)
         };
-        let guard = guard.with_patterns(&asked.guard_patterns, "session")?;
+        let ask = Ask::new(&rules)?;
+        let guard = guard
+            .with_patterns(&rules.guard_patterns, "session")
+            .map_err(|source| InvalidRules::Pattern {
+                field: "guard_patterns",
+                source,
+            })?;
+        let plan = rules
+            .plan_files
+            .as_ref()
+            .map(|files| files.iter().cloned().collect());
         Ok(Policy {
-            rules: Rules {
-                deny_writes: deny_text,
-                ..asked
-            },
+            rules,
             deny,
             allow,
+            plan,
+            ask,
             guard,
+            approved_paths: BTreeSet::new(),
+            approved_command: false,
         })
     }
 
     /// The rules in force (the operator's deny globs included).
     pub fn rules(&self) -> &Rules {
         &self.rules
+    }
+
+    /// Whether any `ask` rule is in force (a call may wait for a person).
+    pub fn asks(&self) -> bool {
+        self.ask.any()
     }
 
     /// Refuses `tool` outright when the session is read-only.
@@ -197,37 +230,131 @@ impl Policy {
         Ok(())
     }
 
-    /// Decides a write by `tool` to `path`, the workspace-relative path the
-    /// write really lands on.
-    pub fn check_write(&self, tool: &'static str, path: &str) -> Result<(), Denial> {
-        self.check_mutation(tool)?;
+    /// What forbids any write to `path` whatever is approved: a deny glob,
+    /// or `allow_writes` not matching.
+    fn forbidden(&self, path: &str) -> Option<Denial> {
         if let Some(glob) = self.deny.matching(path) {
-            return Err(Denial::DeniedPath {
+            return Some(Denial::DeniedPath {
                 path: path.to_string(),
                 glob: glob.to_string(),
             });
         }
         match &self.allow {
-            Some(allow) if allow.matching(path).is_none() => Err(Denial::NotGranted {
+            Some(allow) if allow.matching(path).is_none() => Some(Denial::NotGranted {
                 path: path.to_string(),
             }),
-            _ => Ok(()),
+            _ => None,
+        }
+    }
+
+    /// Decides a write by `tool` to `path`, the workspace-relative path the
+    /// write really lands on.
+    pub fn check_write(&self, tool: &'static str, path: &str) -> Result<(), Denial> {
+        self.check_mutation(tool)?;
+        if let Some(denial) = self.forbidden(path) {
+            return Err(denial);
+        }
+        let planned = match &self.plan {
+            Some(plan) if !plan.contains(path) => {
+                return Err(Denial::NotInPlan {
+                    path: path.to_string(),
+                });
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if self.approved_paths.contains(path) {
+            return Ok(());
+        }
+        // A person approved the plan's files already; a tool that always
+        // asks still does.
+        match self.ask.write(tool, path, planned) {
+            Some(rule) => Err(Denial::NeedsApproval {
+                tool,
+                path: path.to_string(),
+                rule,
+            }),
+            None => Ok(()),
         }
     }
 
     /// Decides a command: read-only sessions run none; the slip guard (the
-    /// operator's rules plus the session's patterns) refuses slips.
+    /// operator's rules plus the session's patterns) refuses slips; an ask
+    /// rule holds it for approval.
     pub fn check_command(&self, command: &str) -> Result<(), CommandDenied> {
         self.check_mutation("RunCommand")
             .map_err(CommandDenied::Policy)?;
-        self.guard.check(command).map_err(CommandDenied::Guard)
+        self.guard.check(command).map_err(CommandDenied::Guard)?;
+        if self.approved_command {
+            return Ok(());
+        }
+        match self.ask.command(command) {
+            Some(rule) => Err(CommandDenied::Policy(Denial::NeedsApproval {
+                tool: "RunCommand",
+                path: String::new(),
+                rule,
+            })),
+            None => Ok(()),
+        }
+    }
+
+    /// This policy with a person's approval of a write to `path`, for one
+    /// call.
+    pub fn approving_path(&self, path: &str) -> Policy {
+        let mut p = self.clone();
+        p.approved_paths.insert(path.to_string());
+        p
+    }
+
+    /// This policy with a person's approval of the command, for one call.
+    pub fn approving_command(&self) -> Policy {
+        Policy {
+            approved_command: true,
+            ..self.clone()
+        }
+    }
+
+    /// The planned `files` a grant would withhold, and the rules that do.
+    pub fn withheld(&self, files: &[String]) -> Vec<Withheld> {
+        files
+            .iter()
+            .filter_map(|f| {
+                let rule = match self.forbidden(f)? {
+                    Denial::DeniedPath { glob, .. } => format!("deny_writes {glob:?}"),
+                    _ => "allow_writes".to_string(),
+                };
+                Some(Withheld {
+                    path: f.clone(),
+                    rule,
+                })
+            })
+            .collect()
+    }
+
+    /// The rules once a plan of `files` is approved: plan mode lifted, and
+    /// the file tools granted exactly the planned files no rule withholds.
+    /// Everything else (deny globs, guard, ask rules) stays.
+    pub fn granting(&self, files: &[String]) -> Rules {
+        let withheld: BTreeSet<String> = self.withheld(files).into_iter().map(|w| w.path).collect();
+        let mut granted: Vec<String> = files
+            .iter()
+            .filter(|f| !withheld.contains(*f))
+            .cloned()
+            .collect();
+        granted.sort();
+        granted.dedup();
+        Rules {
+            read_only: false,
+            plan_files: Some(granted),
+            ..self.rules.clone()
+        }
     }
 }
 
 /// Why a command may not run.
 #[derive(Debug, Clone)]
 pub enum CommandDenied {
-    /// Session policy (read-only).
+    /// Session policy (read-only, or an ask rule).
     Policy(Denial),
     /// The slip guard.
     Guard(Refusal),
@@ -238,7 +365,10 @@ mod tests {
     use super::*;
 
     fn policy(operator: &[&str], asked: Rules) -> Policy {
-        let operator: Vec<String> = operator.iter().map(|s| s.to_string()).collect();
+        let operator = Rules {
+            deny_writes: operator.iter().map(|s| s.to_string()).collect(),
+            ..Rules::default()
+        };
         Policy::new(&operator, &SlipGuard::new(true, &[]).unwrap(), asked).unwrap()
     }
 
@@ -374,11 +504,132 @@ mod tests {
                 guard_patterns: strings(&["("]),
                 ..Rules::default()
             },
+            Rules {
+                ask_commands: strings(&["("]),
+                ..Rules::default()
+            },
+            Rules {
+                ask_writes: strings(&["../x"]),
+                ..Rules::default()
+            },
+            Rules {
+                ask_tools: strings(&["ReadFile"]),
+                ..Rules::default()
+            },
         ] {
             assert!(
-                Policy::new(&[], &guard, asked.clone()).is_err(),
+                Policy::new(&Rules::default(), &guard, asked.clone()).is_err(),
                 "{asked:?}"
             );
         }
+    }
+
+    #[test]
+    fn ask_rules_hold_writes_and_commands_until_approved() {
+        let p = policy(
+            &["secrets/**"],
+            Rules {
+                ask_writes: strings(&["src/**", "secrets/**"]),
+                ask_commands: strings(&[r"^make\s+deploy\b"]),
+                ..Rules::default()
+            },
+        );
+        let asked = p.check_write("EditFile", "src/a.py").unwrap_err();
+        assert_eq!(
+            asked,
+            Denial::NeedsApproval {
+                tool: "EditFile",
+                path: "src/a.py".into(),
+                rule: "ask_writes \"src/**\"".into(),
+            }
+        );
+        assert!(p.check_write("EditFile", "README.md").is_ok());
+        // A deny wins over an ask, approved or not.
+        let approved = p.approving_path("secrets/key");
+        assert!(matches!(
+            approved.check_write("EditFile", "secrets/key"),
+            Err(Denial::DeniedPath { .. })
+        ));
+        // An approval covers that one path only.
+        let approved = p.approving_path("src/a.py");
+        assert!(approved.check_write("EditFile", "src/a.py").is_ok());
+        assert!(approved.check_write("EditFile", "src/b.py").is_err());
+        assert!(matches!(
+            p.check_command("make deploy prod"),
+            Err(CommandDenied::Policy(Denial::NeedsApproval { .. }))
+        ));
+        assert!(p.check_command("make test").is_ok());
+        assert!(p.approving_command().check_command("make deploy").is_ok());
+        // The slip guard still refuses an approved command.
+        assert!(matches!(
+            p.approving_command().check_command("git push"),
+            Err(CommandDenied::Guard(_))
+        ));
+    }
+
+    #[test]
+    fn ask_tools_hold_every_call_of_the_tool() {
+        let p = policy(
+            &[],
+            Rules {
+                ask_tools: strings(&["runcommand", "CreateFile"]),
+                ..Rules::default()
+            },
+        );
+        assert!(p.check_command("true").is_err());
+        assert!(p.check_write("CreateFile", "a").is_err());
+        assert!(p.check_write("EditFile", "a").is_ok());
+    }
+
+    #[test]
+    fn an_approved_plan_grants_exactly_its_files_never_a_denied_one() {
+        let plan_mode = policy(
+            &["ci/**"],
+            Rules {
+                read_only: true,
+                deny_writes: strings(&["tests/**"]),
+                ask_writes: strings(&["src/**"]),
+                ..Rules::default()
+            },
+        );
+        assert!(plan_mode.check_write("EditFile", "src/a.py").is_err());
+        let files = strings(&["src/a.py", "tests/test_x.py", "ci/run", "setup.py"]);
+        let withheld = plan_mode.withheld(&files);
+        assert_eq!(
+            withheld,
+            vec![
+                Withheld {
+                    path: "tests/test_x.py".into(),
+                    rule: "deny_writes \"tests/**\"".into()
+                },
+                Withheld {
+                    path: "ci/run".into(),
+                    rule: "deny_writes \"ci/**\"".into()
+                },
+            ]
+        );
+        let granted = plan_mode.granting(&files);
+        assert!(!granted.read_only);
+        assert_eq!(granted.plan_files, Some(strings(&["setup.py", "src/a.py"])));
+        let operator = Rules {
+            deny_writes: strings(&["ci/**"]),
+            ..Rules::default()
+        };
+        let p = Policy::new(&operator, &SlipGuard::new(true, &[]).unwrap(), granted).unwrap();
+        // Planned files were approved with the plan: no second ask.
+        assert!(p.check_write("EditFile", "src/a.py").is_ok());
+        assert!(p.check_write("CreateFile", "setup.py").is_ok());
+        assert_eq!(
+            p.check_write("EditFile", "src/b.py"),
+            Err(Denial::NotInPlan {
+                path: "src/b.py".into()
+            })
+        );
+        assert!(matches!(
+            p.check_write("EditFile", "tests/test_x.py"),
+            Err(Denial::DeniedPath { .. })
+        ));
+        // Commands run once the plan is approved (its verification must).
+        assert!(p.check_command("pytest -q").is_ok());
     }
 }

@@ -223,7 +223,7 @@ impl Session {
         started: Instant,
         turn: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<Upload, failure::Error> {
-        self.policy
+        self.policy()
             .check_mutation("UploadArchive")
             .map_err(Error::Denied)?;
         let share = self
@@ -239,7 +239,7 @@ impl Session {
                 .await
                 .map_err(|_| stopping("archive"))?,
         };
-        let (ws, policy) = (self.workspace.clone(), Arc::clone(&self.policy));
+        let (ws, policy) = (self.workspace.clone(), self.policy());
         let limits = self.config.archives.upload;
         let dest = destination.clone();
         let runtime = tokio::runtime::Handle::current();

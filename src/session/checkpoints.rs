@@ -107,7 +107,7 @@ impl Session {
     }
 
     async fn restore_inner(&self, id: &str, stop: bool) -> Result<Restore, failure::Error> {
-        self.policy
+        self.policy()
             .check_mutation("RestoreCheckpoint")
             .map_err(Error::Denied)?;
         // Refused before anything is stopped: an unknown id stops nothing.

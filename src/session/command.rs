@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::approvals::{Asked, Gated};
 use super::error::Error;
 use super::failure;
+use super::gate::Approval;
 use super::messages::{CommandRequest, check_env};
 use super::tools::Session;
-use crate::policy::CommandDenied;
+use crate::policy::{CommandDenied, Denial, Policy};
 use crate::sandbox::{CommandSpec, Event, LimitHints};
 
 impl Session {
@@ -24,11 +26,15 @@ impl Session {
     pub async fn run_command(
         self: &Arc<Self>,
         req: CommandRequest,
-    ) -> Result<mpsc::Receiver<Event>, failure::Error> {
+    ) -> Result<Gated<mpsc::Receiver<Event>>, failure::Error> {
         let started = Instant::now();
         let command = req.command.clone();
-        let spec = match self.command_spec(req).await {
-            Ok(spec) => spec,
+        let spec = match self.gated_command(req).await {
+            Ok(Gated::Done(spec)) => spec,
+            Ok(Gated::Rejected(r)) => {
+                self.journal_rejected("RunCommand", &command, started, &r);
+                return Ok(Gated::Rejected(r));
+            }
             Err(e) => {
                 self.refused("RunCommand", &command, started, &e);
                 return Err(e);
@@ -87,12 +93,44 @@ impl Session {
             },
             span,
         ));
-        Ok(rx)
+        Ok(Gated::Done(rx))
     }
 
-    /// The command `req` asks for, checked against the guard, the policy
+    /// The command `req` asks for, as [`Session::command_spec`] checks it;
+    /// when an ask rule holds it, once a person approved it.
+    async fn gated_command(
+        &self,
+        req: CommandRequest,
+    ) -> Result<Gated<CommandSpec>, failure::Error> {
+        let policy = self.policy();
+        let rule = match policy.check_command(&req.command) {
+            Err(CommandDenied::Policy(Denial::NeedsApproval { rule, .. })) => rule,
+            _ => return self.command_spec(req, &policy).await.map(Gated::Done),
+        };
+        // Checked whole before anyone is asked: a person never approves a
+        // command that would be refused anyway.
+        let approved = policy.approving_command();
+        self.command_spec(req.clone(), &approved).await?;
+        let asked = Asked::Call {
+            tool: "RunCommand",
+            summary: req.command.clone(),
+            rule,
+            path: String::new(),
+            command: req.command.clone(),
+        };
+        match self.ask(asked).await? {
+            Approval::Approved { .. } => self.command_spec(req, &approved).await.map(Gated::Done),
+            Approval::Rejected(r) => Ok(Gated::Rejected(r)),
+        }
+    }
+
+    /// The command `req` asks for, checked against the guard, `policy`
     /// and the ceilings, with the operator's defaults filled in.
-    async fn command_spec(&self, req: CommandRequest) -> Result<CommandSpec, failure::Error> {
+    async fn command_spec(
+        &self,
+        req: CommandRequest,
+        policy: &Policy,
+    ) -> Result<CommandSpec, failure::Error> {
         let cfg = &self.config.sandbox;
         if req.command.trim().is_empty() {
             return Err(Error::InvalidArgument {
@@ -108,7 +146,7 @@ impl Session {
             }
             .into());
         }
-        self.policy
+        policy
             .check_command(&req.command)
             .map_err(|denied| match denied {
                 CommandDenied::Policy(denial) => Error::Denied(denial),

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::approvals::ApprovalConfig;
 use super::defaults;
 use super::error::Error;
 use crate::environment::BuildConfig;
@@ -31,8 +32,11 @@ pub struct Config {
     pub max_ttl: Duration,
     /// Ceiling on open sessions.
     pub max_sessions: usize,
-    /// Deny globs for writes in every session (sessions can add more).
-    pub deny_writes: Vec<String>,
+    /// The operator's rules for every session: its deny globs and ask rules
+    /// (sessions can add more; the other fields are not read).
+    pub rules: crate::policy::Rules,
+    /// Plans and `ask` calls waiting for a person.
+    pub approvals: ApprovalConfig,
     /// Directory where each session's journal is appended as JSON lines
     /// and kept after it closes; without one, journals are kept in the
     /// state directory until their session closes.
@@ -253,7 +257,13 @@ impl Config {
             default_ttl: Duration::from_secs(defaults::TTL_SECS),
             max_ttl: Duration::from_secs(defaults::MAX_TTL_SECS),
             max_sessions: defaults::MAX_SESSIONS,
-            deny_writes: Vec::new(),
+            rules: crate::policy::Rules::default(),
+            approvals: ApprovalConfig {
+                timeout: defaults::APPROVAL_TIMEOUT,
+                absent_after: defaults::APPROVER_ABSENT_AFTER,
+                max_pending: defaults::MAX_PENDING_APPROVALS,
+                max_pending_per_session: defaults::MAX_PENDING_APPROVALS_PER_SESSION,
+            },
             journal_dir: None,
             journal_max_bytes: crate::journal::DEFAULT_MAX_FILE_BYTES,
             durable: false,

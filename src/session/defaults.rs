@@ -114,6 +114,17 @@ pub const HANDSHAKE_SECS: u64 = 10;
 /// Connections one session's token keeps open at once (past them, its
 /// further connections are closed at the handshake deadline).
 pub const SESSION_CONNECTIONS: u64 = 16;
+/// How long a plan or an `ask` call waits for a person before it is
+/// rejected ("nobody answered").
+pub const APPROVAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+/// With no approver seen for this long, nothing waits for one.
+pub const APPROVER_ABSENT_AFTER: std::time::Duration = std::time::Duration::from_secs(10 * 60);
+/// Plans and calls waiting for a person at once, over the whole service.
+pub const MAX_PENDING_APPROVALS: usize = 256;
+/// Plans and calls one session may have waiting at once.
+pub const MAX_PENDING_APPROVALS_PER_SESSION: usize = 4;
+/// Longest a ListPendingApprovals may wait for something to be pending.
+pub const MAX_APPROVALS_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// Address `serve` listens on, and clients call.
 pub const LISTEN: &str = "127.0.0.1:50051";
 /// Where clients call when told nothing else: [`LISTEN`] over plain HTTP/2.

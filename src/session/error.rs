@@ -16,11 +16,29 @@ pub enum Error {
         /// The id as given.
         id: String,
     },
-    /// A session's token was used for a call beyond its session.
-    #[error("a session token cannot {what}")]
+    /// A session's token was used for a call beyond its session, or the
+    /// approver token for anything but approvals.
+    #[error("{token} cannot {what}")]
     NotPermitted {
+        /// Which kind of token.
+        token: Token,
         /// What the call would have done.
         what: &'static str,
+    },
+    /// Nobody can approve the call now, or too many calls wait already.
+    #[error("nobody can approve now: {0:?}")]
+    ApprovalUnavailable(super::approvals::Unavailable),
+    /// A plan lacks what makes it checkable.
+    #[error("the plan is not checkable: {}", .problems.join("; "))]
+    InvalidPlan {
+        /// Everything it lacks, in words.
+        problems: Vec<String>,
+    },
+    /// Decide named nothing that waits.
+    #[error("approval {id:?} is not pending")]
+    ApprovalNotFound {
+        /// The id given.
+        id: String,
     },
     /// The caller named a directory outside every allowed root.
     #[error("{path} is not under an allowed workspace root")]
@@ -110,6 +128,24 @@ pub enum Error {
         /// How many.
         running: usize,
     },
+}
+
+/// A token that admits less than the operator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    /// A session's own token.
+    Session,
+    /// The operator's approver token.
+    Approver,
+}
+
+impl std::fmt::Display for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Token::Session => "a session token",
+            Token::Approver => "the approver token",
+        })
+    }
 }
 
 /// Why the registry cannot start.

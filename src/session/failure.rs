@@ -14,11 +14,17 @@ use tonic::Code;
 
 use super::error as session;
 use crate::environment;
-use crate::policy::Denial;
 use crate::sandbox;
 use crate::workspace::tree::ScanError;
 use crate::workspace::tree::store;
 use crate::workspace::{self, EditError, LineEndings, WalkLimit, archive, history};
+
+mod policy;
+
+use policy::{
+    approval_not_found_status, denial_status, invalid_plan_status, not_permitted_status,
+    unavailable_status,
+};
 
 /// Any error a handler can return.
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +136,9 @@ pub mod reason {
     pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
     pub const UNIMPLEMENTED: &str = "UNIMPLEMENTED";
     pub const TRANSPORT: &str = "TRANSPORT";
+    pub const APPROVAL_UNAVAILABLE: &str = "APPROVAL_UNAVAILABLE";
+    pub const INVALID_PLAN: &str = "INVALID_PLAN";
+    pub const APPROVAL_NOT_FOUND: &str = "APPROVAL_NOT_FOUND";
 }
 
 /// An error as the caller sees it: status code, stable reason, message for
@@ -147,7 +156,7 @@ pub struct Described {
     pub meta: Vec<(&'static str, String)>,
 }
 
-fn status(
+pub(super) fn status(
     code: Code,
     reason: &'static str,
     message: String,
@@ -725,47 +734,6 @@ fn edit_status(path: &str, err: &EditError) -> Described {
     }
 }
 
-fn denial_status(denial: &Denial) -> Described {
-    match denial {
-        Denial::ReadOnly { tool } => status(
-            Code::PermissionDenied,
-            reason::POLICY_DENIED,
-            format!(
-                "This session is read-only, so {tool} is refused. Nothing was changed or run. Reading, \
-                 listing, finding and searching work; changing files or running commands needs a session \
-                 opened without read_only."
-            ),
-            &[
-                ("rule", "read_only".to_string()),
-                ("tool", tool.to_string()),
-            ],
-        ),
-        Denial::DeniedPath { path, glob } => status(
-            Code::PermissionDenied,
-            reason::POLICY_DENIED,
-            format!(
-                "Writing {path} is denied by the session policy (it matches the deny glob {glob:?}). Nothing \
-                 was changed. Leave it as it is and change other files (for a failing test, fix the code under \
-                 test, not the test)."
-            ),
-            &[
-                ("rule", "deny_writes".to_string()),
-                ("path", path.clone()),
-                ("glob", glob.clone()),
-            ],
-        ),
-        Denial::NotGranted { path } => status(
-            Code::PermissionDenied,
-            reason::POLICY_DENIED,
-            format!(
-                "Writing {path} is not granted: this session may write only paths matching its allow_writes \
-                 globs. Nothing was changed. Keep your changes within those paths."
-            ),
-            &[("rule", "allow_writes".to_string()), ("path", path.clone())],
-        ),
-    }
-}
-
 fn history_status(err: &history::Error) -> Described {
     use history::Error as H;
     match err {
@@ -1178,15 +1146,10 @@ fn session_status(err: &session::Error) -> Described {
             ),
             &[("session_id", id.clone())],
         ),
-        S::NotPermitted { what } => status(
-            Code::PermissionDenied,
-            reason::NOT_PERMITTED,
-            format!(
-                "A session token cannot {what}: it admits calls on its own session only. Nothing was \
-                 run or changed. Make this call with the service's token."
-            ),
-            &[],
-        ),
+        S::NotPermitted { token, what } => not_permitted_status(*token, what),
+        S::ApprovalUnavailable(why) => unavailable_status(why),
+        S::InvalidPlan { problems } => invalid_plan_status(problems),
+        S::ApprovalNotFound { id } => approval_not_found_status(id),
         S::WorkspaceNotAllowed { path, allowed } => {
             let roots = if allowed.is_empty() {
                 "the operator allows no existing directories (serve --allow-root)".to_string()

@@ -31,6 +31,8 @@ pub struct NewSession {
     pub env: BTreeMap<String, String>,
     /// The session's own policy rules (added to the operator's).
     pub rules: Rules,
+    /// Nobody watches it: nothing of it waits for a person.
+    pub unattended: bool,
 }
 
 /// What the caller asks to build.
@@ -107,6 +109,10 @@ pub struct Info {
     pub session_token: Option<String>,
     /// The warm pool served it (only in the reply that created it).
     pub pooled: bool,
+    /// Created unattended.
+    pub unattended: bool,
+    /// The plan approved last.
+    pub plan: Option<super::approvals::ApprovedPlan>,
 }
 
 /// Who is calling, as the server authenticated them.
@@ -117,6 +123,9 @@ pub enum Caller {
     Admin,
     /// The holder of session `0`'s token: calls on that session alone.
     Session(String),
+    /// The holder of the operator's approver token: lists and decides
+    /// what waits for a person, and nothing else.
+    Approver,
 }
 
 impl Caller {
@@ -125,7 +134,13 @@ impl Caller {
         match self {
             Caller::Admin => true,
             Caller::Session(own) => own == id,
+            Caller::Approver => false,
         }
+    }
+
+    /// Whether the caller may list and decide approvals.
+    pub fn may_approve(&self) -> bool {
+        matches!(self, Caller::Admin | Caller::Approver)
     }
 }
 

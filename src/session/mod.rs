@@ -5,6 +5,7 @@
 //! One job per file; each uses only files listed after it (the crate's
 //! `layers` test checks this):
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
+//! - `plans`: a session's plan, submitted, approved and put in force;
 //! - `pool`: warm sessions-to-be, kept ready (for the default image and
 //!   for each environment the operator names);
 //! - `builds`: environments as callers reach them: who may build, every
@@ -15,6 +16,7 @@
 //! - `archives`: tar archives in and out of a session's workspace;
 //! - `checkpoints`: a session's checkpoints and changes;
 //! - `command`: running a command in a session's container;
+//! - `gate`: a call an `ask` rule holds, waiting for a person;
 //! - `tools`: a session and its file tools, each call journaled;
 //! - `failure`: every domain error rolled up, and the one table saying
 //!   what a caller is told about each (the journal records the same words);
@@ -24,10 +26,13 @@
 //! - `slots`: each session's fair share of the transfer slots, and the
 //!   minimum pace a transfer holding one keeps up;
 //! - `error`: why a session call or the registry fails;
+//! - `approvals`: what waits for a person, who answers, and the plans
+//!   they approved;
 //! - `defaults`: the operator's defaults and ceilings, written once.
 //!
 //! This file only declares them and names what other layers use.
 
+mod approvals;
 mod archives;
 mod builds;
 mod checkpoints;
@@ -36,7 +41,9 @@ mod config;
 pub mod defaults;
 mod error;
 pub mod failure;
+mod gate;
 mod messages;
+mod plans;
 mod pool;
 mod prepare;
 mod records;
@@ -44,14 +51,16 @@ mod registry;
 mod slots;
 mod tools;
 
+pub use approvals::{ApprovedPlan, Asked, Decision, Gated, Pending, Rejection};
 pub use archives::{Chunks, DownloadEvent, Upload};
 pub use builds::BuildEvents;
 pub use checkpoints::Restore;
-pub use config::{ArchiveConfig, Config, HistoryConfig, SandboxConfig};
-pub use error::{Error, StartError};
+pub use config::{ApprovalConfig, ArchiveConfig, Config, HistoryConfig, SandboxConfig};
+pub use error::{Error, StartError, Token};
 pub use messages::{
     Caller, Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
 };
+pub use plans::PlanEvent;
 pub use registry::Registry;
 pub use slots::{MinRate, Shares, TooSlow};
 pub use tools::Session;

@@ -57,6 +57,12 @@ pub(super) struct Record {
     pub workspace: Place,
     /// Device and inode of the workspace's root.
     pub identity: (u64, u64),
+    /// Created unattended.
+    #[serde(default)]
+    pub unattended: bool,
+    /// The plan approved last (its grant is in `rules`).
+    #[serde(default)]
+    pub plan: Option<super::approvals::ApprovedPlan>,
 }
 
 /// Where a session's workspace is.
@@ -101,7 +107,7 @@ impl Record {
             env: session.env.clone(),
             // The rules in force, the operator's included: a session never
             // comes back looser than it was.
-            rules: session.policy.rules().clone(),
+            rules: session.policy().rules().clone(),
             workspace: if lent {
                 Place::Lent {
                     path: session.workspace.host_path().to_path_buf(),
@@ -110,6 +116,8 @@ impl Record {
                 Place::Fresh
             },
             identity,
+            unattended: session.unattended,
+            plan: session.approved_plan(),
         }
     }
 
@@ -204,6 +212,24 @@ impl Records {
         written
     }
 
+    /// The records kept in `dir` (see [`Records::dir`]).
+    pub fn from_dir(dir: std::sync::Arc<StateDir>) -> Records {
+        Records { dir }
+    }
+
+    /// Where the records are kept.
+    pub fn dir(&self) -> std::sync::Arc<StateDir> {
+        std::sync::Arc::clone(&self.dir)
+    }
+
+    /// Replaces the record of an open session with `record`, atomically
+    /// (a crash leaves the old record or the new one, whole). Blocking
+    /// (one small write).
+    pub fn replace(&self, record: &Record) -> io::Result<()> {
+        let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
+        self.dir.write_atomic(&name(&record.id), &bytes)
+    }
+
     /// Forgets session `id`. Blocking.
     pub fn remove(&self, id: &str) -> io::Result<()> {
         self.dir.remove_file(&name(id))
@@ -272,6 +298,8 @@ mod tests {
                 path: "/srv/repo".into(),
             },
             identity: (4, 5),
+            unattended: false,
+            plan: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! - `pools`: the warm pools and the environments;
 //! - `sweep`: what an earlier instance leaked.
 
+mod approve;
 mod open;
 mod pools;
 mod recover;
@@ -28,9 +29,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::approvals::Approvals;
 use super::builds::Builds;
 use super::config::Config;
-use super::error::{Error, StartError};
+use super::error::{Error, StartError, Token};
 use super::messages::{Caller, Closed, Info};
 use super::pool::Pool;
 use super::prepare::discard;
@@ -96,6 +98,8 @@ pub struct Registry {
     /// Warm entries of each environment the operator named.
     environment_pools: BTreeMap<String, Arc<Pool>>,
     builds: Arc<Builds>,
+    /// Plans and calls waiting for a person.
+    approvals: Arc<Approvals>,
 }
 
 impl Registry {
@@ -174,6 +178,7 @@ impl Registry {
             journal_dir.as_ref(),
         )
         .map_err(StartError::Journal)?;
+        let approvals = Arc::new(Approvals::new(config.approvals));
         Ok(Registry {
             environment_pools: config
                 .sandbox
@@ -197,6 +202,7 @@ impl Registry {
             tokens: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
             builds: Arc::new(builds),
+            approvals,
         })
     }
 
@@ -234,7 +240,7 @@ impl Registry {
 
     /// The operator's rules narrowed by a session's own.
     fn policy(&self, rules: crate::policy::Rules) -> Result<Arc<Policy>, Error> {
-        Policy::new(&self.config.deny_writes, &self.config.sandbox.guard, rules)
+        Policy::new(&self.config.rules, &self.config.sandbox.guard, rules)
             .map(Arc::new)
             .map_err(Error::InvalidPolicy)
     }
@@ -264,6 +270,12 @@ impl Registry {
     /// session the caller may not use is not found, exactly as one that
     /// does not exist (whether it exists is not told).
     pub fn get(&self, caller: &Caller, id: &str) -> Result<Arc<Session>, Error> {
+        if *caller == Caller::Approver {
+            return Err(Error::NotPermitted {
+                token: Token::Approver,
+                what: "act on a session",
+            });
+        }
         let session = self
             .table()
             .get(id)
@@ -278,7 +290,26 @@ impl Registry {
     pub fn admin_only(caller: &Caller, what: &'static str) -> Result<(), Error> {
         match caller {
             Caller::Admin => Ok(()),
-            Caller::Session(_) => Err(Error::NotPermitted { what }),
+            Caller::Session(_) => Err(Error::NotPermitted {
+                token: Token::Session,
+                what,
+            }),
+            Caller::Approver => Err(Error::NotPermitted {
+                token: Token::Approver,
+                what,
+            }),
+        }
+    }
+
+    /// The table of what waits for a person, for an approver (the
+    /// operator or the approver token) only.
+    pub fn approvals(&self, caller: &Caller) -> Result<&Approvals, Error> {
+        match caller {
+            Caller::Admin | Caller::Approver => Ok(&self.approvals),
+            Caller::Session(_) => Err(Error::NotPermitted {
+                token: Token::Session,
+                what: "list or decide approvals (only an approver can)",
+            }),
         }
     }
 
@@ -313,6 +344,7 @@ impl Registry {
             .remove(id)
             .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
         self.token_table().remove(&session.token_hash);
+        self.approvals.withdraw_session(id);
         if let Err(e) = session.sandbox.close().await {
             tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
         }

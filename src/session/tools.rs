@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
+use super::approvals::Approvals;
+use super::approvals::{ApprovedPlan, Gated};
 use super::config::Config;
 use super::error::Error;
 use super::failure::{self, describe};
@@ -31,8 +33,9 @@ pub struct Session {
     pub workspace: Workspace,
     /// The session's container.
     pub sandbox: Sandbox,
-    /// What the session may write and run.
-    pub policy: Arc<Policy>,
+    /// What the session may write and run (an approved plan changes it;
+    /// read it with [`Session::policy`]).
+    pub(super) policy: RwLock<Arc<Policy>>,
     /// Every call, for audit.
     pub journal: Journal,
     /// Where the session began, and its checkpoints.
@@ -58,6 +61,15 @@ pub struct Session {
     pub(super) last_used: Mutex<(Instant, SystemTime)>,
     /// The sha256 of the session's token (the token itself is never kept).
     pub(super) token_hash: [u8; 32],
+    /// Nobody watches it: nothing of it waits for a person.
+    pub(super) unattended: bool,
+    /// The plan approved last.
+    pub(super) plan: Mutex<Option<ApprovedPlan>>,
+    /// Where its calls wait for a person.
+    pub(super) approvals: Arc<Approvals>,
+    /// Where its record is kept, to keep an approved plan (durable
+    /// services only).
+    pub(super) records: Option<Arc<crate::state::StateDir>>,
 }
 
 fn plural_edits(n: usize) -> String {
@@ -89,8 +101,10 @@ impl Session {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
-            rules: self.policy.rules().clone(),
+            rules: self.policy().rules().clone(),
             notes: self.notes.clone(),
+            unattended: self.unattended,
+            plan: self.approved_plan(),
             session_token: None,
             pooled: false,
         }
@@ -143,7 +157,7 @@ impl Session {
     /// it) and starts a fresh one over the same workspace.
     pub async fn reset_sandbox(&self) -> Result<Reset, failure::Error> {
         let started = Instant::now();
-        let result = match self.policy.check_mutation("ResetSandbox") {
+        let result = match self.policy().check_mutation("ResetSandbox") {
             Ok(()) => self.sandbox.reset(true).await.map_err(Into::into),
             Err(denial) => Err(Error::Denied(denial).into()),
         };
@@ -190,22 +204,19 @@ impl Session {
         tool: &'static str,
         summary: &str,
         started: Instant,
-        result: Result<T, crate::workspace::Error>,
+        result: Result<Gated<T>, failure::Error>,
         landed: impl FnOnce(&T) -> (String, Option<String>, String),
-    ) -> Result<T, failure::Error> {
-        match result {
-            Ok(out) => {
-                let (path, before, after) = landed(&out);
+    ) -> Result<Gated<T>, failure::Error> {
+        match &result {
+            Ok(Gated::Done(out)) => {
+                let (path, before, after) = landed(out);
                 self.journal
                     .wrote(tool, summary, started, path, before, after);
-                Ok(out)
             }
-            Err(e) => {
-                let e = e.into();
-                self.refused(tool, summary, started, &e);
-                Err(e)
-            }
+            Ok(Gated::Rejected(r)) => self.journal_rejected(tool, summary, started, r),
+            Err(e) => self.refused(tool, summary, started, e),
         }
+        result
     }
 
     /// CreateFile, within the session's policy.
@@ -213,17 +224,30 @@ impl Session {
         &self,
         path: &str,
         content: String,
-    ) -> Result<CreateOutput, failure::Error> {
+    ) -> Result<Gated<CreateOutput>, failure::Error> {
         let started = Instant::now();
         let summary = format!("{path:?} ({} bytes)", content.len());
-        let result = match self.policy.check_mutation("CreateFile") {
-            Ok(()) => {
-                self.history.begin().await;
-                let _turn = self.history.write_turn().await;
-                self.workspace.create(path, content, &self.policy).await
-            }
-            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
-        };
+        // Copied only for a second attempt, which only an ask rule makes.
+        let asks = self.policy().asks();
+        let mut content = Some(content);
+        let result = self
+            .gated_write(&summary, |policy| {
+                let content = if asks {
+                    content.clone()
+                } else {
+                    content.take()
+                };
+                async move {
+                    policy
+                        .check_mutation("CreateFile")
+                        .map_err(crate::workspace::Error::Denied)?;
+                    self.history.begin().await;
+                    let _turn = self.history.write_turn().await;
+                    let content = content.unwrap_or_default();
+                    Ok(self.workspace.create(path, content, &policy).await?)
+                }
+            })
+            .await;
         self.journaled_write("CreateFile", &summary, started, result, |o| {
             (o.landed.clone(), None, o.sha256.clone())
         })
@@ -235,19 +259,25 @@ impl Session {
         path: &str,
         edits: Vec<EditSpec>,
         expected_sha256: Option<String>,
-    ) -> Result<EditOutput, failure::Error> {
+    ) -> Result<Gated<EditOutput>, failure::Error> {
         let started = Instant::now();
         let summary = format!("{path:?} ({})", plural_edits(edits.len()));
-        let result = match self.policy.check_mutation("EditFile") {
-            Ok(()) => {
-                self.history.begin().await;
-                let _turn = self.history.write_turn().await;
-                self.workspace
-                    .edit(path, edits, expected_sha256, &self.policy)
-                    .await
-            }
-            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
-        };
+        let result = self
+            .gated_write(&summary, |policy| {
+                let (edits, expected_sha256) = (edits.clone(), expected_sha256.clone());
+                async move {
+                    policy
+                        .check_mutation("EditFile")
+                        .map_err(crate::workspace::Error::Denied)?;
+                    self.history.begin().await;
+                    let _turn = self.history.write_turn().await;
+                    Ok(self
+                        .workspace
+                        .edit(path, edits, expected_sha256, &policy)
+                        .await?)
+                }
+            })
+            .await;
         self.journaled_write("EditFile", &summary, started, result, |o| {
             (
                 o.landed.clone(),
@@ -258,19 +288,21 @@ impl Session {
     }
 
     /// ApplyPatch, within the session's policy: one journal entry per file.
-    pub async fn apply_patch(&self, text: &str) -> Result<Vec<PatchedFile>, failure::Error> {
+    pub async fn apply_patch(&self, text: &str) -> Result<Gated<Vec<PatchedFile>>, failure::Error> {
         let started = Instant::now();
         let summary = format!("{} bytes", text.len());
-        let result = match self.policy.check_mutation("ApplyPatch") {
-            Ok(()) => {
+        let result = self
+            .gated_write(&summary, |policy| async move {
+                policy
+                    .check_mutation("ApplyPatch")
+                    .map_err(crate::workspace::Error::Denied)?;
                 self.history.begin().await;
                 let _turn = self.history.write_turn().await;
-                self.workspace.apply_patch(text, &self.policy).await
-            }
-            Err(denial) => Err(crate::workspace::Error::Denied(denial)),
-        };
+                Ok(self.workspace.apply_patch(text, &policy).await?)
+            })
+            .await;
         match result {
-            Ok(files) => {
+            Ok(Gated::Done(files)) => {
                 for f in &files {
                     let summary = format!("{summary}: {:?} {}", f.action, f.path);
                     self.journal.wrote(
@@ -282,10 +314,13 @@ impl Session {
                         f.sha256_after.clone().unwrap_or_default(),
                     );
                 }
-                Ok(files)
+                Ok(Gated::Done(files))
+            }
+            Ok(Gated::Rejected(r)) => {
+                self.journal_rejected("ApplyPatch", &summary, started, &r);
+                Ok(Gated::Rejected(r))
             }
             Err(e) => {
-                let e = e.into();
                 self.refused("ApplyPatch", &summary, started, &e);
                 Err(e)
             }
@@ -338,13 +373,14 @@ impl Session {
         )
     }
 
-    /// The journal reconciled against `planned` files (none: no plan) and a
-    /// `verify` command.
+    /// The journal reconciled against `planned` files and a `verify`
+    /// command; with neither, against the approved plan, if any (returned
+    /// beside the report).
     pub async fn report(
         &self,
         planned: &[String],
         verify: Option<&str>,
-    ) -> Result<Report, failure::Error> {
+    ) -> Result<(Report, Option<ApprovedPlan>), failure::Error> {
         let started = Instant::now();
         let mut normalised = Vec::with_capacity(planned.len());
         for path in planned {
@@ -357,13 +393,28 @@ impl Session {
                 }
             }
         }
-        let plan = (!planned.is_empty()).then_some(normalised.as_slice());
-        let mut report = self.journal.report(plan, verify);
+        let approved = if planned.is_empty() && verify.is_none() {
+            self.approved_plan()
+        } else {
+            None
+        };
+        let mut report = match &approved {
+            Some(a) => self
+                .journal
+                .report(Some(&a.granted), Some(&a.plan.verification)),
+            None => {
+                let plan = (!planned.is_empty()).then_some(normalised.as_slice());
+                self.journal.report(plan, verify)
+            }
+        };
         report.checkpoints = self.history.list().await;
-        let summary = format!("{} planned files", planned.len());
+        let summary = match &approved {
+            Some(a) => format!("the approved plan {}", a.id),
+            None => format!("{} planned files", planned.len()),
+        };
         self.journal
             .ok("GetSessionReport", &summary, started, String::new());
-        Ok(report)
+        Ok((report, approved))
     }
 
     pub(super) fn set_sandbox_status(&self, status: Option<String>) {

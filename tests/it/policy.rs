@@ -238,7 +238,7 @@ async fn deny_glob_holds_against_dots_symlinks_case_and_hard_links() {
 
 #[tokio::test]
 async fn a_grant_never_overrides_a_deny_and_operator_rules_bind_every_session() {
-    let server = TestServer::start_with(|c| c.deny_writes = vec!["secrets/**".into()]).await;
+    let server = TestServer::start_with(|c| c.rules.deny_writes = vec!["secrets/**".into()]).await;
     let (id, ws) = server
         .session_with(pb::Policy {
             deny_writes: vec!["tests/**".into()],

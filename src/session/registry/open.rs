@@ -64,6 +64,9 @@ impl Registry {
             .sandbox
             .limits(req.limits, req.workspace_path.is_some())?;
         check_env("env", &req.env)?;
+        if req.rules.plan_files.is_some() {
+            return Err(Error::InvalidPolicy(crate::policy::InvalidRules::PlanFiles).into());
+        }
         let policy = self.policy(req.rules.clone())?;
         let ttl = self.config.ttl(req.ttl)?;
         let default_timeout = self.config.sandbox.session_timeout(req.default_timeout)?;
@@ -197,7 +200,7 @@ impl Registry {
             id,
             workspace,
             sandbox,
-            policy,
+            policy: std::sync::RwLock::new(policy),
             journal,
             history,
             config: Arc::clone(&self.config),
@@ -213,6 +216,10 @@ impl Registry {
             created: now,
             last_used: Mutex::new((Instant::now(), now)),
             token_hash,
+            unattended: req.unattended,
+            plan: Mutex::new(None),
+            approvals: Arc::clone(&self.approvals),
+            records: self.keep.as_ref().map(|_| self.records.dir()),
         });
         // Kept before anyone learns of the session: a session a crash can
         // lose is never handed out.

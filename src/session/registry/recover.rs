@@ -157,7 +157,7 @@ impl Registry {
             id,
             workspace,
             sandbox,
-            policy,
+            policy: std::sync::RwLock::new(policy),
             journal,
             history,
             config: Arc::clone(&self.config),
@@ -174,6 +174,10 @@ impl Registry {
             // service was down.
             last_used: Mutex::new((Instant::now(), now)),
             token_hash,
+            unattended: record.unattended,
+            plan: Mutex::new(record.plan),
+            approvals: Arc::clone(&self.approvals),
+            records: self.keep.as_ref().map(|_| self.records.dir()),
         });
         session.journal.ok(
             "RecoverSession",

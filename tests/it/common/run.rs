@@ -75,6 +75,7 @@ pub async fn try_run(client: &Client, req: pb::RunCommandRequest) -> Result<Ran,
                     elapsed: t0.elapsed(),
                 });
             }
+            Event::Rejected(r) => panic!("the command was not approved: {}", r.message),
         }
     }
     panic!("stream ended without an exit event");
