@@ -8,6 +8,7 @@
 mod common;
 
 mod apply_patch;
+mod approvals;
 mod archives;
 mod auth;
 mod change_names;

@@ -116,7 +116,16 @@ impl TestServer {
             token: Some(token.to_string()),
             ..Default::default()
         };
-        Self::build(without_docker().access(access), |_| {}).await
+        Self::with_access(access, |_| {}).await
+    }
+
+    /// A file-tools server reached with `access`, its configuration
+    /// changed by `tweak`.
+    pub async fn with_access(
+        access: sandboxd::server::Access,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
+        Self::build(without_docker().access(access), tweak).await
     }
 
     /// A server over the real Docker daemon (with the default image built),
