@@ -41,6 +41,9 @@ class Service:
     proc: subprocess.Popen
     log: Path
     ca_cert: Optional[Path] = None
+    #: The approver token (``approver=True``): it may list and decide
+    #: approvals, and nothing else.
+    approver_token: Optional[str] = None
 
     @property
     def roots(self) -> Path:
@@ -49,6 +52,11 @@ class Service:
 
     def client(self, **kw: object) -> sandboxd.Client:
         return sandboxd.connect(self.addr, token=self.token, ca_cert=self.ca_cert, **kw)  # type: ignore[arg-type]
+
+    def approver_client(self, **kw: object) -> sandboxd.Client:
+        """A client holding the approver token (the service was started with ``approver=True``)."""
+        assert self.approver_token is not None, "start the service with approver=True"
+        return sandboxd.connect(self.addr, token=self.approver_token, ca_cert=self.ca_cert, **kw)  # type: ignore[arg-type]
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -93,9 +101,12 @@ def start_service(
     listen: Optional[str] = None,
     pool_size: int = 1,
     ca_cert: Optional[Path] = None,
+    approver: bool = False,
 ) -> Service:
     """Starts `sandboxd serve` (on a free loopback port unless ``listen``) and
-    waits until it answers. ``ca_cert``: the service serves TLS signed by it."""
+    waits until it answers. ``ca_cert``: the service serves TLS signed by it.
+    ``approver``: it also takes an approver token (``--approver-token-file``),
+    kept in ``Service.approver_token``."""
     binary = _binary()
     name = f"sandboxd-pytest-{os.getpid()}{label}"
     tmp = Path(tempfile.mkdtemp(prefix=f"{name}-"))
@@ -103,6 +114,14 @@ def start_service(
     token_file = tmp / "token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
+    approver_token: Optional[str] = None
+    approver_flags: list[str] = []
+    if approver:
+        approver_token = secrets.token_urlsafe(32)
+        approver_file = tmp / "approver-token"
+        approver_file.write_text(approver_token + "\n")
+        approver_file.chmod(0o600)
+        approver_flags = ["--approver-token-file", str(approver_file)]
     if listen is None:
         listen = f"127.0.0.1:{_free_port()}"
     if listen.startswith("unix:"):
@@ -132,11 +151,21 @@ def start_service(
         str(pool_size),
         "--allow-root",
         str(roots),
+        *approver_flags,
         *extra,
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    service = Service(name=name, addr=addr, token=token, tmp=tmp, proc=proc, log=log, ca_cert=ca_cert)
+    service = Service(
+        name=name,
+        addr=addr,
+        token=token,
+        tmp=tmp,
+        proc=proc,
+        log=log,
+        ca_cert=ca_cert,
+        approver_token=approver_token,
+    )
     deadline = time.monotonic() + START_TIMEOUT
     last: Optional[Exception] = None
     failure: Optional[str] = None
