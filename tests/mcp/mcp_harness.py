@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 import pytest
-from mcp import ClientSession
+from mcp import ClientSession, types
+from mcp.client.session import ElicitationFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,16 +35,26 @@ def binary() -> str:
 
 @contextlib.asynccontextmanager
 async def mcp_session(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    elicitation_callback: ElicitationFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """`sandboxd mcp ARGS...` as a stdio MCP server, initialised."""
+    """`sandboxd mcp ARGS...` as a stdio MCP server, initialised. With an
+    `elicitation_callback` the client declares elicitation: a person is at
+    it to approve plans and held calls."""
     # The child sees none of the caller's SANDBOXD_* settings unless given.
     base = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXD_")}
     params = StdioServerParameters(
         command=binary(), args=["mcp", *args], env={**base, **(env or {})}, cwd=cwd
     )
     async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(
+            read,
+            write,
+            elicitation_callback=elicitation_callback,
+            client_info=types.Implementation(name="sandboxd-tests", version="1"),
+        ) as session:
             await session.initialize()
             yield session
 

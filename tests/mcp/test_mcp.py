@@ -56,6 +56,7 @@ TOOLS = {
     "restore_checkpoint",
     "session_report",
     "reset_sandbox",
+    "submit_plan",
 }
 
 
