@@ -4,6 +4,7 @@
 
 mod ask_rules;
 mod plan_loop;
+mod restart;
 mod tokens;
 mod waits;
 
