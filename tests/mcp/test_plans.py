@@ -252,3 +252,22 @@ def test_calls_an_ask_rule_holds_are_put_to_the_person_and_a_rejection_is_not_ex
     assert (workspace / "src" / "x.py").read_text() == X.replace("a - b", "a + b")
     assert not (workspace / "src" / "y.py").exists()
     assert (workspace / "notes.txt").read_text() == "n\n"
+
+
+def test_over_addr_the_operators_token_lets_the_person_at_the_client_approve(
+    remote_service: Any,
+) -> None:
+    addr = f"http://{remote_service.addr}"
+    person = Person("accept", {"approve": True, "note": "ok"})
+    plan = {**PLAN, "steps": [{"description": "write the note", "files": ["note.txt"]}]}
+
+    async def main() -> None:
+        env = {"SANDBOXD_TOKEN": remote_service.token}
+        async with mcp_session("--addr", addr, "--read-only", env=env, elicitation_callback=person) as s:
+            await refused(s, "create_file", "POLICY_DENIED", path="note.txt", content="hi\n")
+            approved = await call(s, "submit_plan", **plan)
+            assert approved.structured_content["granted"] == ["note.txt"], text(approved)
+            assert len(person.asked) == 1
+            await call(s, "create_file", path="note.txt", content="hi\n")
+
+    run(main)
