@@ -274,3 +274,19 @@ def test_a_session_token_cannot_approve_and_the_approver_token_cannot_work(
             approver.approve("0000-0")
         with pytest.raises(sandboxd.ApprovalNotFound):
             operator.reject("0000-0", "no such thing")
+
+
+def test_an_ask_rule_holds_a_command_and_a_rejected_one_never_runs(
+    svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
+) -> None:
+    agent, s = agent_session(svc, operator, ask_commands=["deploy"])
+    with agent, s:
+        person = Approver(approver, s.id, lambda c, item: c.reject(item, "no deploys today"))
+        person.start()
+        r = s.run("echo deploy > deployed.txt")
+        seen = person.finish()
+        assert seen.call is not None and seen.call.tool == "RunCommand"
+        assert seen.call.command == "echo deploy > deployed.txt"
+        assert r.rejected is not None and r.rejected.reason == "no deploys today"
+        assert not r.ok and r.exit_code == -1
+        assert not (Path(s.workspace_path) / "deployed.txt").exists()
