@@ -364,6 +364,71 @@ fn session_files_depend_one_way_in_the_documented_order() {
     assert!(wrong.is_empty(), "{}\ngraph: {graph:#?}", wrong.join("\n"));
 }
 
+/// The rules of the permission table.
+const RULES: &[&str] = &[
+    "read_only",
+    "deny_writes",
+    "allow_writes",
+    "guard_patterns",
+    "ask_writes",
+    "ask_commands",
+    "ask_tools",
+    "plan_files",
+];
+
+/// Every read of a permission rule's field in `code` (comments and
+/// strings blanked).
+fn rule_reads(code: &str) -> Vec<&'static str> {
+    let mut reads = Vec::new();
+    for rule in RULES {
+        let field = format!(".{rule}");
+        let mut from = 0;
+        while let Some(at) = code[from..].find(&field) {
+            let end = from + at + field.len();
+            let next = code[end..].chars().next().unwrap_or(' ');
+            if !(next.is_ascii_alphanumeric() || next == '_') {
+                reads.push(*rule);
+            }
+            from = end;
+        }
+    }
+    reads
+}
+
+/// Permissions are decided in `policy` alone: outside it, no code reads a
+/// rule of the permission table. `convert` carries rules across the wire,
+/// the session's record across a restart, and `cli` prints them; everyone
+/// else asks the policy (`check_write`, `check_command`, ...).
+#[test]
+fn permissions_are_decided_in_the_policy_module_alone() {
+    const CARRIERS: &[&str] = &[
+        "policy/",
+        "convert.rs",
+        "session/records.rs",
+        "cli/",
+        "layers.rs",
+    ];
+    let root = src();
+    let mut reads = Vec::new();
+    for file in rust_files(&root) {
+        let rel = file.strip_prefix(&root).unwrap().display().to_string();
+        if CARRIERS.iter().any(|c| rel.starts_with(c)) {
+            continue;
+        }
+        for rule in rule_reads(&code_only(&read(&file))) {
+            reads.push(format!("{rel}: reads .{rule}"));
+        }
+    }
+    assert!(
+        reads.is_empty(),
+        "permission rules read outside the policy module: {reads:#?}"
+    );
+    let sample = code_only(
+        "if s.rules.read_only { } // .plan_files\nlet p = r.plan_files_x; f(&x.ask_tools);",
+    );
+    assert_eq!(rule_reads(&sample), vec!["read_only", "ask_tools"]);
+}
+
 #[test]
 fn the_checker_sees_uses_and_cycles() {
     let code = code_only(

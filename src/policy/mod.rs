@@ -64,6 +64,17 @@ pub struct Rules {
     pub plan_files: Option<Vec<String>>,
 }
 
+impl Rules {
+    /// Refuses what only the service may set in rules a caller asks for:
+    /// `plan_files` comes from an approved plan alone.
+    pub fn check_asked(&self) -> Result<(), InvalidRules> {
+        match self.plan_files {
+            Some(_) => Err(InvalidRules::PlanFiles),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Why a call was refused by policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
@@ -331,10 +342,16 @@ impl Policy {
             .collect()
     }
 
-    /// The rules once a plan of `files` is approved: plan mode lifted, and
-    /// the file tools granted exactly the planned files no rule withholds.
-    /// Everything else (deny globs, guard, ask rules) stays.
-    pub fn granting(&self, files: &[String]) -> Rules {
+    /// Whether the session is in plan mode (read-only).
+    pub fn plan_mode(&self) -> bool {
+        self.rules.read_only
+    }
+
+    /// The rules once a plan of `files` is approved, and the files granted:
+    /// plan mode lifted, and the file tools granted exactly the planned
+    /// files no rule withholds. Everything else (deny globs, guard, ask
+    /// rules) stays.
+    pub fn granting(&self, files: &[String]) -> (Rules, Vec<String>) {
         let withheld: BTreeSet<String> = self.withheld(files).into_iter().map(|w| w.path).collect();
         let mut granted: Vec<String> = files
             .iter()
@@ -343,11 +360,12 @@ impl Policy {
             .collect();
         granted.sort();
         granted.dedup();
-        Rules {
+        let rules = Rules {
             read_only: false,
-            plan_files: Some(granted),
+            plan_files: Some(granted.clone()),
             ..self.rules.clone()
-        }
+        };
+        (rules, granted)
     }
 }
 
@@ -608,9 +626,10 @@ mod tests {
                 },
             ]
         );
-        let granted = plan_mode.granting(&files);
+        let (granted, files) = plan_mode.granting(&files);
         assert!(!granted.read_only);
-        assert_eq!(granted.plan_files, Some(strings(&["setup.py", "src/a.py"])));
+        assert_eq!(files, strings(&["setup.py", "src/a.py"]));
+        assert_eq!(granted.plan_files, Some(files));
         let operator = Rules {
             deny_writes: strings(&["ci/**"]),
             ..Rules::default()

@@ -151,8 +151,7 @@ impl Session {
         let current = self.policy();
         let files = plan.files();
         let withheld = current.withheld(&files);
-        let rules = current.granting(&files);
-        let granted = rules.plan_files.clone().unwrap_or_default();
+        let (rules, granted) = current.granting(&files);
         let policy = Policy::new(&self.config.rules, &self.config.sandbox.guard, rules)?;
         let approved = ApprovedPlan {
             id,

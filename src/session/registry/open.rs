@@ -64,9 +64,7 @@ impl Registry {
             .sandbox
             .limits(req.limits, req.workspace_path.is_some())?;
         check_env("env", &req.env)?;
-        if req.rules.plan_files.is_some() {
-            return Err(Error::InvalidPolicy(crate::policy::InvalidRules::PlanFiles).into());
-        }
+        req.rules.check_asked().map_err(Error::InvalidPolicy)?;
         let policy = self.policy(req.rules.clone())?;
         let ttl = self.config.ttl(req.ttl)?;
         let default_timeout = self.config.sandbox.session_timeout(req.default_timeout)?;
@@ -287,7 +285,7 @@ impl Registry {
             "workspace {}, image {}, read_only {}",
             info.workspace_path.display(),
             info.image,
-            info.rules.read_only
+            session.policy().plan_mode()
         );
         session
             .journal
