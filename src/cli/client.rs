@@ -540,7 +540,19 @@ async fn call(
             };
             super::transfer::download(&mut c, req, output, con).await?
         }
-        Verb::Apply { file } => super::transfer::apply(&mut c, need_session()?, file, con).await?,
+        Verb::Apply { file } => {
+            let applied = super::transfer::apply(&mut c, need_session()?, file).await?;
+            if let Ok(r) = &applied {
+                match &r.rejected {
+                    Some(rejected) => {
+                        print::rejection(con, rejected);
+                        return Ok(ExitCode::from(EXIT_FAILURE));
+                    }
+                    None => con.out(format_args!("{}\n", r.message)),
+                }
+            }
+            applied.map(drop)
+        }
         Verb::Session(SessionCommand::Get { id }) => {
             let session_id = id.map_or_else(need_session, Ok)?;
             c.get_session(pb::GetSessionRequest { session_id })

@@ -108,13 +108,13 @@ pub async fn download(
     }
 }
 
-/// `sandboxd apply [FILE]`: the patch from FILE, or from stdin.
+/// `sandboxd apply [FILE]`: the patch from FILE, or from stdin; the
+/// service's answer.
 pub async fn apply(
     c: &mut Client,
     session_id: String,
     file: Option<PathBuf>,
-    con: &mut Stdio,
-) -> Result<Result<(), tonic::Status>, AnyError> {
+) -> Result<Result<pb::ApplyPatchResponse, tonic::Status>, AnyError> {
     let mut patch = String::new();
     match &file {
         Some(p) => {
@@ -128,5 +128,5 @@ pub async fn apply(
     }
     Ok(c.apply_patch(pb::ApplyPatchRequest { session_id, patch })
         .await
-        .map(|r| con.out(format_args!("{}\n", r.into_inner().message))))
+        .map(tonic::Response::into_inner))
 }

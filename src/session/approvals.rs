@@ -231,7 +231,10 @@ pub struct Ticket {
     /// When the wait ends in a rejection.
     pub expires: SystemTime,
     deadline: Instant,
-    rx: Option<oneshot::Receiver<Answer>>,
+    rx: oneshot::Receiver<Answer>,
+    /// The entry is out of the table (answered, or removed at the
+    /// deadline); until then, dropping the ticket removes it.
+    settled: bool,
 }
 
 impl Approvals {
@@ -333,7 +336,8 @@ impl Approvals {
             brief,
             expires,
             deadline: Instant::now() + self.config.timeout,
-            rx: Some(rx),
+            rx,
+            settled: false,
         })
     }
 
@@ -430,11 +434,8 @@ impl Ticket {
     /// Waits for the answer: a decision, the timeout (a rejection), or a
     /// withdrawal.
     pub async fn answer(mut self) -> Answer {
-        let Some(mut rx) = self.rx.take() else {
-            return Answer::Withdrawn("the wait was already answered");
-        };
         let deadline = tokio::time::Instant::from_std(self.deadline);
-        match tokio::time::timeout_at(deadline, &mut rx).await {
+        let answer = match tokio::time::timeout_at(deadline, &mut self.rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Answer::Withdrawn("the service is stopping"),
             Err(_) => {
@@ -445,18 +446,23 @@ impl Ticket {
                     },
                     // Decided in the very instant it expired: the decision
                     // stands.
-                    None => rx
+                    None => self
+                        .rx
                         .try_recv()
                         .unwrap_or(Answer::Withdrawn("the wait was withdrawn")),
                 }
             }
-        }
+        };
+        // Whoever sent the answer took the entry out of the table.
+        self.settled = true;
+        answer
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.rx.is_some() {
+        // Dropped unanswered, waiting or not: the wait is withdrawn.
+        if !self.settled {
             self.approvals.lock().waiting.remove(&self.key);
         }
     }
@@ -551,6 +557,21 @@ mod tests {
         let id = ticket.id.clone();
         drop(ticket);
         assert!(a.is_empty());
+        assert!(a.decide(&id, true, by("x")).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_leaves_mid_wait_withdraws_it() {
+        let a = approvals(10_000);
+        a.seen();
+        let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
+        let id = ticket.id.clone();
+        let waiting = tokio::spawn(ticket.answer());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(a.len(), 1);
+        waiting.abort();
+        let _ = waiting.await;
+        assert!(a.is_empty(), "the wait was withdrawn");
         assert!(a.decide(&id, true, by("x")).is_err());
     }
 

@@ -17,8 +17,8 @@ pub(super) fn denial_status(denial: &Denial) -> Described {
             format!(
                 "This session is read-only (plan mode), so {tool} is refused. Nothing was changed or \
                  run. Reading, listing, finding and searching work. To change files or run commands, \
-                 submit a plan (SubmitPlan: goal, steps with the files each writes, the verification \
-                 command, risks) for a person to approve."
+                 submit a plan (SubmitPlan, or the submit_plan tool: goal, steps with the files each \
+                 writes, the verification command, risks) for a person to approve."
             ),
             &[
                 ("rule", "read_only".to_string()),

@@ -3,6 +3,7 @@
 //! operator's). Each test starts its own service.
 
 mod ask_rules;
+mod cli;
 mod plan_loop;
 mod restart;
 mod tokens;

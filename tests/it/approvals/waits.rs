@@ -95,7 +95,8 @@ async fn without_an_approver_seen_nothing_waits() {
         .await
         .unwrap_err();
     assert_eq!(reason(&refused), "APPROVAL_UNAVAILABLE");
-    // The plan whose caller left was withdrawn.
+    // The plan whose caller left was withdrawn: no longer listed.
+    assert!(approver.pending(0).await.unwrap().is_empty());
     let gone = approver.decide(&p.approval_id, true, "").await.unwrap_err();
     assert_eq!(reason(&gone), "APPROVAL_NOT_FOUND");
     srv.stop().await;
