@@ -419,6 +419,14 @@ impl Approvals {
         }
     }
 
+    /// Whether `session` has a plan or call waiting.
+    pub fn waits_for(&self, session: &str) -> bool {
+        self.lock()
+            .waiting
+            .values()
+            .any(|e| e.pending.session == session)
+    }
+
     /// Waits in the table now.
     pub fn len(&self) -> usize {
         self.lock().waiting.len()

@@ -372,10 +372,12 @@ impl Registry {
     pub async fn reap_expired(&self) -> Vec<String> {
         let now = Instant::now();
         // A running command is activity: its session waits for it to end.
+        // So is a call waiting for a person (which ends by its timeout).
         let expired: Vec<String> = self
             .table()
             .values()
             .filter(|s| s.running.load(Ordering::SeqCst) == 0)
+            .filter(|s| !self.approvals.waits_for(&s.id))
             .filter(|s| s.idle_for(now) >= s.ttl)
             .map(|s| s.id.clone())
             .collect();

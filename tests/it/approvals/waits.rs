@@ -177,3 +177,42 @@ async fn closing_a_session_withdraws_what_it_waits_for() {
     assert!(approver.pending(0).await.unwrap().is_empty());
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_waiting_for_a_person_is_not_idle() {
+    let srv = files_server(|_| {}).await;
+    let admin = As::new(&srv, ADMIN).await;
+    let approver = As::new(&srv, APPROVER).await;
+    approver.pending(0).await.unwrap();
+    let (id, token) = open(
+        &admin,
+        pb::CreateSessionRequest {
+            read_only: true,
+            ttl_seconds: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    let agent = As::new(&srv, &token).await;
+    let mut events = agent.submit(&id, plan(&["a.py"], "true")).await.unwrap();
+    let Event::Pending(p) = next(&mut events).await else {
+        panic!("pending");
+    };
+    // Three idle timeouts pass while the plan waits.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(approver.pending(0).await.unwrap().len(), 1);
+    approver.decide(&p.approval_id, true, "").await.unwrap();
+    let Event::Approved(_) = next(&mut events).await else {
+        panic!("approved");
+    };
+    agent
+        .c()
+        .create_file(pb::CreateFileRequest {
+            session_id: id.clone(),
+            path: "a.py".into(),
+            content: "x\n".into(),
+        })
+        .await
+        .expect("the session is still open, its plan in force");
+    srv.stop().await;
+}
