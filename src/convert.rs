@@ -520,6 +520,8 @@ impl From<(String, Report)> for pb::SessionReport {
             journal_file_lines_dropped: r.file_lines_dropped,
             checkpoints: r.checkpoints.into_iter().map(Into::into).collect(),
             plan: None,
+            changed_unplanned: Vec::new(),
+            changes_unchecked: String::new(),
         }
     }
 }

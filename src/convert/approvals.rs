@@ -3,11 +3,12 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::journal::Report;
 use crate::pb;
 use crate::policy::Withheld;
 use crate::policy::plan::{Plan, Step};
-use crate::session::{ApprovedPlan, Asked, Decision, Gated, Pending, PlanEvent, Rejection};
+use crate::session::{
+    ApprovedPlan, Asked, Decision, Gated, Pending, PlanEvent, Reconciled, Rejection,
+};
 use crate::workspace::{CreateOutput, EditOutput, PatchedFile};
 
 fn unix_millis(t: SystemTime) -> u64 {
@@ -203,11 +204,18 @@ impl From<Pending> for pb::PendingApproval {
     }
 }
 
-impl From<(String, (Report, Option<ApprovedPlan>))> for pb::SessionReport {
-    fn from((session_id, (report, plan)): (String, (Report, Option<ApprovedPlan>))) -> Self {
+impl From<(String, Reconciled)> for pb::SessionReport {
+    fn from((session_id, r): (String, Reconciled)) -> Self {
+        let (changed_unplanned, changes_unchecked) = match r.changed_unplanned {
+            Some(Ok(paths)) => (paths, String::new()),
+            Some(Err(why)) => (Vec::new(), why),
+            None => (Vec::new(), String::new()),
+        };
         pb::SessionReport {
-            plan: plan.map(Into::into),
-            ..pb::SessionReport::from((session_id, report))
+            plan: r.plan.map(Into::into),
+            changed_unplanned,
+            changes_unchecked,
+            ..pb::SessionReport::from((session_id, r.report))
         }
     }
 }

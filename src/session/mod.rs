@@ -6,6 +6,8 @@
 //! `layers` test checks this):
 //! - `registry`: the open sessions, their idle timeout, and shutdown;
 //! - `plans`: a session's plan, submitted, approved and put in force;
+//! - `reports`: a session's journal reconciled against its plan, and what
+//!   changed outside it;
 //! - `pool`: warm sessions-to-be, kept ready (for the default image and
 //!   for each environment the operator names);
 //! - `builds`: environments as callers reach them: who may build, every
@@ -48,6 +50,7 @@ mod pool;
 mod prepare;
 mod records;
 mod registry;
+mod reports;
 mod slots;
 mod tools;
 
@@ -62,5 +65,6 @@ pub use messages::{
 };
 pub use plans::PlanEvent;
 pub use registry::Registry;
+pub use reports::Reconciled;
 pub use slots::{MinRate, Shares, TooSlow};
 pub use tools::Session;

@@ -13,7 +13,7 @@ use super::config::Config;
 use super::error::Error;
 use super::failure::{self, describe};
 use super::messages::{Info, Reset};
-use crate::journal::{Journal, Report};
+use crate::journal::Journal;
 use crate::policy::Policy;
 use crate::sandbox::Sandbox;
 use crate::volume::Volume;
@@ -371,50 +371,6 @@ impl Session {
             result.map_err(Into::into),
             |o| format!("{} matches", o.matches.len()),
         )
-    }
-
-    /// The journal reconciled against `planned` files and a `verify`
-    /// command; with neither, against the approved plan, if any (returned
-    /// beside the report).
-    pub async fn report(
-        &self,
-        planned: &[String],
-        verify: Option<&str>,
-    ) -> Result<(Report, Option<ApprovedPlan>), failure::Error> {
-        let started = Instant::now();
-        let mut normalised = Vec::with_capacity(planned.len());
-        for path in planned {
-            match self.workspace.landing(path).await {
-                Ok(p) => normalised.push(p),
-                Err(e) => {
-                    let e = e.into();
-                    self.refused("GetSessionReport", "planned_files", started, &e);
-                    return Err(e);
-                }
-            }
-        }
-        let approved = if planned.is_empty() && verify.is_none() {
-            self.approved_plan()
-        } else {
-            None
-        };
-        let mut report = match &approved {
-            Some(a) => self
-                .journal
-                .report(Some(&a.granted), Some(&a.plan.verification)),
-            None => {
-                let plan = (!planned.is_empty()).then_some(normalised.as_slice());
-                self.journal.report(plan, verify)
-            }
-        };
-        report.checkpoints = self.history.list().await;
-        let summary = match &approved {
-            Some(a) => format!("the approved plan {}", a.id),
-            None => format!("{} planned files", planned.len()),
-        };
-        self.journal
-            .ok("GetSessionReport", &summary, started, String::new());
-        Ok((report, approved))
     }
 
     pub(super) fn set_sandbox_status(&self, status: Option<String>) {

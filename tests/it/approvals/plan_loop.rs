@@ -147,6 +147,12 @@ async fn an_approved_plan_grants_exactly_its_files_and_the_report_checks_it() {
         .unwrap_err();
     assert_eq!(reason(&withheld), "POLICY_DENIED");
 
+    // A command can still change a withheld file (the file tools are what
+    // a plan grants); the report shows it.
+    let sneaky =
+        crate::common::run(&agent.c(), &id, "echo '# ok' >> tests/test_calc.py", 60_000).await;
+    assert_eq!(sneaky.exit.exit_code, 0);
+
     // The verification runs (plan mode is lifted for commands too).
     let ran = crate::common::try_run(&agent.c(), crate::common::run_req(&id, verify, 60_000))
         .await
@@ -166,6 +172,15 @@ async fn an_approved_plan_grants_exactly_its_files_and_the_report_checks_it() {
     assert_eq!(report.planned_touched, vec!["src/calc.py".to_string()]);
     assert!(report.unplanned.is_empty(), "{:?}", report.unplanned);
     assert!(report.untouched.is_empty(), "{:?}", report.untouched);
+    assert_eq!(
+        report.changed_unplanned,
+        vec!["tests/test_calc.py".to_string()]
+    );
+    assert!(
+        report.changes_unchecked.is_empty(),
+        "{}",
+        report.changes_unchecked
+    );
     let v = report.verification.clone().unwrap();
     assert_eq!(v.command, verify);
     assert!(v.ran_after_last_write && v.passed, "{v:?}");
