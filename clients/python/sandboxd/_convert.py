@@ -328,6 +328,8 @@ def report(m: Any) -> t.Report:
         journal_dropped=m.journal_dropped,
         journal_file_lines_dropped=m.journal_file_lines_dropped,
         checkpoints=tuple(checkpoint(c) for c in m.checkpoints),
+        changed_unplanned=tuple(m.changed_unplanned),
+        changes_unchecked=m.changes_unchecked,
         plan=approved_plan(m.plan) if m.HasField("plan") else None,
     )
 

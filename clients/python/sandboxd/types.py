@@ -416,6 +416,11 @@ class Report:
     #: The approved plan the report was reconciled against, when the call
     #: named no plan of its own and the session has one.
     plan: Optional["ApprovedPlan"] = None
+    #: With a plan: paths changed since the session began (by a file tool or
+    #: a command) that the plan does not name.
+    changed_unplanned: tuple[str, ...] = ()
+    #: Why those changes could not be read, when they could not.
+    changes_unchecked: str = ""
 
 
 @dataclass(frozen=True)

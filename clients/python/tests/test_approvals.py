@@ -163,6 +163,7 @@ def test_an_approved_plan_grants_its_files_and_withholds_a_denied_one(
         report = s.report()
         assert report.plan is not None and report.plan.approval_id == seen.approval_id
         assert report.planned_touched == ("calc.py",)
+        assert report.changed_unplanned == () and report.changes_unchecked == ""
         assert report.verification is not None
         assert report.verification.command == "python3 -m unittest"
 

@@ -230,7 +230,7 @@ class GetSessionReportRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., planned_files: _Optional[_Iterable[str]] = ..., verification_command: _Optional[str] = ...) -> None: ...
 
 class SessionReport(_message.Message):
-    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan")
+    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan", "changed_unplanned", "changes_unchecked")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,8 @@ class SessionReport(_message.Message):
     JOURNAL_FILE_LINES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_UNPLANNED_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_UNCHECKED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     files_written: _containers.RepeatedCompositeFieldContainer[FileWrite]
     commands: _containers.RepeatedCompositeFieldContainer[CommandRecord]
@@ -259,7 +261,9 @@ class SessionReport(_message.Message):
     journal_file_lines_dropped: int
     checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
     plan: ApprovedPlan
-    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ...) -> None: ...
+    changed_unplanned: _containers.RepeatedScalarFieldContainer[str]
+    changes_unchecked: str
+    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., changed_unplanned: _Optional[_Iterable[str]] = ..., changes_unchecked: _Optional[str] = ...) -> None: ...
 
 class FileWrite(_message.Message):
     __slots__ = ("seq", "tool", "path", "sha256_before", "sha256_after")
