@@ -4,7 +4,8 @@
 //! line-per-item listings (paths, commands, journal summaries) go through
 //! [`name`]: one with a newline, a quote or an escape sequence is printed
 //! quoted, as git prints it, so that it stays one item on one line, on a
-//! terminal and in a pipe alike.
+//! terminal and in a pipe alike. Plans and approvals are printed in
+//! `print/approvals`.
 
 use sandboxd::pb;
 pub use sandboxd::workspace::quote::shown as name;
@@ -12,6 +13,9 @@ pub use sandboxd::workspace::quote::shown as name;
 use std::io::Write;
 
 use super::terminal::Console;
+
+mod approvals;
+pub use approvals::{approved_plan, pending, rejection};
 
 /// Where the client verbs print: every line that carries text the sandboxed
 /// side controls goes through it.
@@ -343,189 +347,6 @@ pub fn matches(con: &mut Console<impl Write, impl Write>, r: &pb::SearchFilesRes
     }
 }
 
-/// Text in words (a goal, a step, a risk, a note, a rule), on one line:
-/// as it is unless it holds a newline or another control character, then
-/// quoted with those escaped (see [`name`]), so that a model's text cannot
-/// pose as lines of the listing around it. Quotes alone stay as they are.
-fn words(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
-        name(s)
-    } else {
-        std::borrow::Cow::Borrowed(s)
-    }
-}
-
-/// A span of milliseconds in words: "45 s", "9 min 48 s", "2 h 5 min".
-fn span(ms: u64) -> String {
-    let s = ms.div_ceil(1000);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        _ => format!("{} h {} min", s / 3600, s % 3600 / 60),
-    }
-}
-
-/// Prints a plan: its goal, each step with its files (a file approval
-/// withholds marked with the rule that withholds it), the verification
-/// and the risks.
-pub fn plan(
-    con: &mut Console<impl Write, impl Write>,
-    p: &pb::Plan,
-    withheld: &[pb::WithheldFile],
-) {
-    let rule_of = |path: &str| {
-        withheld
-            .iter()
-            .find(|w| w.path == path)
-            .map(|w| w.rule.as_str())
-    };
-    con.out(format_args!("  goal          {}\n", words(&p.goal)));
-    for (i, step) in p.steps.iter().enumerate() {
-        con.out(format_args!(
-            "  step {:<8} {}\n",
-            i + 1,
-            words(&step.description)
-        ));
-        for file in &step.files {
-            match rule_of(file) {
-                Some(rule) => con.out(format_args!(
-                    "                  {}  (withheld: {})\n",
-                    name(file),
-                    words(rule)
-                )),
-                None => con.out(format_args!("                  {}\n", name(file))),
-            }
-        }
-    }
-    con.out(format_args!("  verification  {}\n", words(&p.verification)));
-    if p.risks.is_empty() {
-        con.out(format_args!("  risks         (none named)\n"));
-    }
-    for (i, risk) in p.risks.iter().enumerate() {
-        let label = if i == 0 { "risks" } else { "" };
-        con.out(format_args!("  {label:<13} - {}\n", words(risk)));
-    }
-    withheld_files(con, withheld, "approval would withhold");
-}
-
-/// Prints the planned files a rule withholds, each with its rule.
-fn withheld_files(
-    con: &mut Console<impl Write, impl Write>,
-    withheld: &[pb::WithheldFile],
-    what: &str,
-) {
-    if withheld.is_empty() {
-        return;
-    }
-    con.out(format_args!("  {what} ({}):\n", withheld.len()));
-    for w in withheld {
-        con.out(format_args!(
-            "    {}  by {}\n",
-            name(&w.path),
-            words(&w.rule)
-        ));
-    }
-}
-
-/// Prints one plan or call waiting for a person; `now_ms` (since the
-/// epoch) dates its age and how long it has left.
-pub fn pending(con: &mut Console<impl Write, impl Write>, p: &pb::PendingApproval, now_ms: u64) {
-    use pb::pending_approval::What;
-    let kind = match &p.what {
-        Some(What::Plan(_)) => "plan",
-        Some(What::Call(_)) => "call",
-        None => "item",
-    };
-    let left = if p.expires_at_ms == 0 {
-        String::new()
-    } else if p.expires_at_ms > now_ms {
-        format!(
-            ", rejected in {} unless answered",
-            span(p.expires_at_ms - now_ms)
-        )
-    } else {
-        ", its time is up".to_string()
-    };
-    con.out(format_args!(
-        "{kind} {}  session {}  (waiting {}{left})\n",
-        words(&p.approval_id),
-        words(&p.session_id),
-        span(now_ms.saturating_sub(p.requested_at_ms)),
-    ));
-    con.out(format_args!(
-        "  workspace     {}\n",
-        name(&p.workspace_path)
-    ));
-    match &p.what {
-        Some(What::Plan(pl)) => plan(con, pl, &p.withheld),
-        Some(What::Call(c)) => {
-            con.out(format_args!("  tool          {}\n", words(&c.tool)));
-            con.out(format_args!("  summary       {}\n", words(&c.summary)));
-            if !c.path.is_empty() {
-                con.out(format_args!("  path          {}\n", name(&c.path)));
-            }
-            if !c.command.is_empty() {
-                con.out(format_args!("  command       {}\n", words(&c.command)));
-            }
-            con.out(format_args!("  asked by      {}\n", words(&c.rule)));
-        }
-        None => con.out(format_args!(
-            "  (a kind of item this client does not know; update sandboxd)\n"
-        )),
-    }
-}
-
-/// Who decided and when, in words: "approver alice: \"looks right\"".
-fn decision(d: &pb::Decision) -> String {
-    let mut s = words(&d.decided_by).into_owned();
-    if !d.note.is_empty() {
-        s.push_str(&format!(": {}", words(&d.note)));
-    }
-    s
-}
-
-/// Prints the plan a session was granted: what it is for, the files it may
-/// write, those a rule withholds and who approved it.
-pub fn approved_plan(con: &mut Console<impl Write, impl Write>, a: &pb::ApprovedPlan) {
-    let by = a
-        .decision
-        .as_ref()
-        .map(|d| format!(", approved by {}", decision(d)))
-        .unwrap_or_default();
-    con.out(format_args!("plan      {}{by}\n", words(&a.approval_id)));
-    if let Some(p) = &a.plan {
-        con.out(format_args!("  goal          {}\n", words(&p.goal)));
-        con.out(format_args!("  verification  {}\n", words(&p.verification)));
-    }
-    let granted: Vec<_> = a.granted.iter().map(|g| name(g)).collect();
-    con.out(format_args!(
-        "  granted       {}\n",
-        if granted.is_empty() {
-            "-".to_string()
-        } else {
-            granted.join(", ")
-        }
-    ));
-    withheld_files(con, &a.withheld, "withheld");
-}
-
-/// Prints that a person (or nobody, in time) rejected a call or plan:
-/// nothing of it was executed.
-pub fn rejection(con: &mut Console<impl Write, impl Write>, r: &pb::Rejection) {
-    let who = match (&r.decision, r.timed_out) {
-        (_, true) => "nobody answered in time".to_string(),
-        (Some(d), false) => format!("rejected by {}", decision(d)),
-        (None, false) => format!("rejected: {}", words(&r.reason)),
-    };
-    con.status(format_args!(
-        "rejected [{}]: not executed; {who}",
-        words(&r.approval_id)
-    ));
-    if !r.message.is_empty() {
-        con.status(format_args!("{}", r.message));
-    }
-}
-
 /// Prints a refused call: its reason and the service's message.
 pub fn refusal(con: &mut Console<impl Write, impl Write>, status: &tonic::Status) {
     use tonic_types::StatusExt;
@@ -537,6 +358,7 @@ pub fn refusal(con: &mut Console<impl Write, impl Write>, status: &tonic::Status
 
 #[cfg(test)]
 mod tests {
+    use super::approvals::plan;
     use super::*;
 
     /// What a console over two buffers printed: (stdout, stderr).
