@@ -550,8 +550,9 @@ async fn the_cli_keeps_the_session_token_beside_the_session_id() {
 
 /// Every RPC of the service is either checked above as a call on one
 /// session, or is one of the calls a session token may not make (or
-/// ListSessions / CloseSession, checked on their own): a new RPC must be
-/// placed in one or the other.
+/// ListSessions / CloseSession, checked on their own), or is a call of
+/// plans and approvals, placed in `approvals::tokens`: a new RPC must be
+/// placed in one of them.
 #[test]
 fn every_rpc_is_placed_by_who_may_call_it() {
     let proto = include_str!("../../proto/sandboxd/v1/sandbox.proto");
@@ -567,6 +568,9 @@ fn every_rpc_is_placed_by_who_may_call_it() {
         "ListEnvironments",
         "BuildEnvironment",
         "DeleteEnvironment",
+        "SubmitPlan",
+        "ListPendingApprovals",
+        "Decide",
     ];
     let placed: std::collections::BTreeSet<&str> =
         ON_A_SESSION.iter().copied().chain(others).collect();
