@@ -125,6 +125,9 @@ fn normalise(file: &str) -> Result<String, &'static str> {
     if file.contains('\0') {
         return Err("contains a NUL byte");
     }
+    if file.trim() != file {
+        return Err("begins or ends with white space; name the file exactly");
+    }
     if file.starts_with('/') {
         return Err("is absolute; name it relative to the workspace root");
     }
@@ -132,7 +135,7 @@ fn normalise(file: &str) -> Result<String, &'static str> {
         return Err("is a directory; name each file");
     }
     let mut parts = Vec::new();
-    for part in file.trim().split('/') {
+    for part in file.split('/') {
         match part {
             "" | "." => {}
             ".." => return Err("leaves the workspace (\"..\")"),
@@ -179,7 +182,17 @@ mod tests {
             .unwrap();
         assert_eq!(ok.files(), vec!["src/a.py", "src/b.py"]);
         assert_eq!(ok.verification, "pytest -q");
-        for bad in ["/etc/passwd", "../x", "src/*.py", "src/", "a\0b", "."] {
+        for bad in [
+            "/etc/passwd",
+            "../x",
+            "src/*.py",
+            "src/",
+            "a\0b",
+            ".",
+            " /etc/passwd",
+            "src/ ",
+            " a.py",
+        ] {
             let problems = plan(&[bad], "pytest").checked().unwrap_err();
             assert_eq!(problems.len(), 1, "{bad:?}: {problems:?}");
         }

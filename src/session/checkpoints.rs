@@ -107,7 +107,8 @@ impl Session {
     }
 
     async fn restore_inner(&self, id: &str, stop: bool) -> Result<Restore, failure::Error> {
-        self.policy()
+        let policy = self.policy();
+        policy
             .check_mutation("RestoreCheckpoint")
             .map_err(Error::Denied)?;
         // Refused before anything is stopped: an unknown id stops nothing.
@@ -121,7 +122,7 @@ impl Session {
             self.set_sandbox_status(None);
         }
         self.history.begin().await;
-        let output = self.history.restore(id, RESTORE_WAIT).await?;
+        let output = self.history.restore(id, RESTORE_WAIT, policy).await?;
         Ok(Restore {
             output,
             stopped_commands: running,

@@ -38,8 +38,9 @@ use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use super::tree::changes::{self, Bounds, Changes};
 use super::tree::restore::{self, Restored};
 use super::tree::store::Store;
-use super::tree::{Manifest, ScanError, ScanLimits, scan_until};
+use super::tree::{Manifest, ScanError, ScanLimits, scan_until, show};
 use super::{Cancel, Workspace};
+use crate::policy::Policy;
 use persist::{BASELINE, persist, picture_name};
 
 /// Bounds of a history.
@@ -95,6 +96,10 @@ pub enum Error {
     /// The restore failed and was undone.
     #[error(transparent)]
     Restore(#[from] restore::Error),
+    /// The restore would write or remove a file the session's policy
+    /// refuses; nothing was changed.
+    #[error("restore refused by policy: {0:?}")]
+    Denied(crate::policy::Denial),
     /// The session's starting point could not be kept.
     #[error("the session's starting point could not be kept: {0}")]
     NoBaseline(String),
@@ -505,9 +510,15 @@ impl History {
         .await
     }
 
-    /// Brings the workspace back to checkpoint `id`, all or nothing. Waits
-    /// up to `wait` for writes and commands in flight to end.
-    pub async fn restore(&self, id: &str, wait: Duration) -> Result<RestoreOutput, Error> {
+    /// Brings the workspace back to checkpoint `id`, all or nothing, if
+    /// `policy` allows RestoreCheckpoint every file it would write or
+    /// remove. Waits up to `wait` for writes and commands in flight to end.
+    pub async fn restore(
+        &self,
+        id: &str,
+        wait: Duration,
+        policy: Arc<Policy>,
+    ) -> Result<RestoreOutput, Error> {
         let started = Instant::now();
         {
             let state = self.state.lock().await;
@@ -528,6 +539,14 @@ impl History {
             let cache = st.cache.clone();
             let root = ws.root_fd();
             let current = scan_until(root, cache.as_deref(), limits.scan, None, &stop)?;
+            // Checked on the picture the restore works from, while nothing
+            // else may write: what is checked is what is changed.
+            let denied = restore::touched(&current, &target)
+                .find_map(|path| policy.check_write("RestoreCheckpoint", &show(path)).err());
+            if let Some(denial) = denied {
+                st.cache = Some(Arc::new(current));
+                return Err(Error::Denied(denial));
+            }
             let restored = restore::restore(
                 root,
                 &current,

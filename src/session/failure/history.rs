@@ -71,6 +71,7 @@ pub(super) fn history_status(err: &history::Error) -> Described {
             },
             &[("path", e.path.clone())],
         ),
+        H::Denied(denial) => super::policy::denial_status(denial),
         H::Busy => status(
             Code::FailedPrecondition,
             reason::COMMAND_RUNNING,

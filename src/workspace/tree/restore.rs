@@ -353,6 +353,34 @@ fn plan<'a>(
     (steps, staged, stats)
 }
 
+/// Every path whose file, symlink or special entry a restore from
+/// `current` to `target` would write, replace or remove. Directories
+/// alone are left out: making one or setting its mode writes no file, and
+/// removing one removes the entries under it, which are listed themselves.
+pub fn touched<'a>(current: &'a Manifest, target: &'a Manifest) -> impl Iterator<Item = &'a [u8]> {
+    let differs =
+        |a: &Node, b: &Node| !(same_kind(a, b) && a.same_contents(b) && mode(a) == mode(b));
+    let file = |n: &Node| !matches!(n, Node::Dir { .. });
+    let gone_or_changed = current.entries.iter().filter(move |(path, have)| {
+        match target.entries.get(path.as_slice()) {
+            None => file(have),
+            Some(want) => (file(have) || file(want)) && differs(have, want),
+        }
+    });
+    let new = target
+        .entries
+        .iter()
+        .filter(move |(path, want)| file(want) && !current.entries.contains_key(path.as_slice()));
+    gone_or_changed.chain(new).map(|(path, _)| path.as_slice())
+}
+
+fn mode(n: &Node) -> Option<u32> {
+    match n {
+        Node::Dir { mode } | Node::File { mode, .. } => Some(*mode),
+        Node::Symlink { .. } | Node::Special => None,
+    }
+}
+
 fn same_kind(a: &Node, b: &Node) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b) && !matches!(a, Node::Special)
 }

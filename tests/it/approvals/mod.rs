@@ -6,6 +6,7 @@ mod ask_rules;
 mod cli;
 mod plan_loop;
 mod restart;
+mod restore;
 mod tokens;
 mod waits;
 
