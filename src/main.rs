@@ -48,12 +48,14 @@ async fn run(args: Cli) -> ExitCode {
         Command::Idle => loop {
             std::thread::sleep(Duration::from_secs(3600));
         },
-        Command::Supervise { connect, user } => {
-            sandboxd::sandbox::supervisor::inside::supervise(connect, user)
-                .await
-                .map(|()| ExitCode::SUCCESS)
-                .map_err(Into::into)
-        }
+        Command::Supervise {
+            connect,
+            user,
+            workspace_identity,
+        } => sandboxd::sandbox::supervisor::inside::supervise(connect, user, workspace_identity)
+            .await
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(Into::into),
         Command::Client(verb) => cli::client::run(args.target, args.token, verb).await,
     };
     match result {

@@ -28,9 +28,15 @@
 //! device and inode): if it does not, the session fails with a clear reason;
 //! it never mounts something else.
 //!
+//! Without root, nothing is mounted: a fresh workspace is a plain
+//! directory `workspaces/<id>` (no disk quota), and a lent directory is
+//! bound by the engine from its own path, checked to be the very directory
+//! the service opened just before each container start and, from inside
+//! the container, before any command runs there (`bound`).
+//!
 //! One job per file: this one holds the volumes, their paths and removal;
 //! `fresh` makes and remounts a session's own filesystem; `pin` pins a lent
-//! directory (`idmap` maps root's checkout for its commands, `hardlinks`
+//! directory (`bound` where the service cannot mount) (`idmap` maps root's checkout for its commands, `hardlinks`
 //! refuses a tree linked from outside); `sweep` removes or quarantines what
 //! no session owns.
 
@@ -45,6 +51,7 @@ use crate::state::{Dir, StateDir};
 use crate::workspace::remove::remove_tree_at;
 
 mod attrs;
+mod bound;
 mod found;
 mod fresh;
 mod hardlinks;
@@ -97,9 +104,6 @@ pub enum Error {
         /// Why.
         why: String,
     },
-    /// Existing directories need the service to be able to mount.
-    #[error("existing directories can only be lent to sessions when the service runs as root")]
-    CannotPin,
     /// The workspace's mount no longer holds the session's directory.
     #[error("the workspace is gone: {0}")]
     Gone(String),
@@ -148,6 +152,9 @@ enum Kind {
     Directory,
     /// An existing directory bind-mounted at `pins/<id>`.
     Pin,
+    /// An existing directory the engine binds by its own path (the service
+    /// cannot mount): checked before and after every container start.
+    Bound,
 }
 
 /// One session's workspace as the engine sees it.
@@ -294,7 +301,15 @@ impl Volume {
     /// Whether the volume is the session's own workspace (removed with
     /// it), rather than a directory lent to it.
     pub fn owns_workspace(&self) -> bool {
-        self.kind != Kind::Pin
+        !matches!(self.kind, Kind::Pin | Kind::Bound)
+    }
+
+    /// Whether the engine binds the workspace by a path the service does
+    /// not control (a lent directory, where the service cannot mount): the
+    /// container's `/workspace` must then be checked from inside before any
+    /// command runs there.
+    pub fn bound_by_path(&self) -> bool {
+        self.kind == Kind::Bound
     }
 
     /// Device and inode of the workspace root.
@@ -305,11 +320,14 @@ impl Volume {
     fn dir(&self) -> &Dir {
         match self.kind {
             Kind::Filesystem | Kind::Directory => &self.inner.workspaces,
-            Kind::Pin => &self.inner.pins,
+            Kind::Pin | Kind::Bound => &self.inner.pins,
         }
     }
 
     fn open_root(&self) -> io::Result<OwnedFd> {
+        if self.kind == Kind::Bound {
+            return bound::open(&self.path);
+        }
         Ok(rustix::fs::openat(
             &self.dir().fd,
             self.id.as_str(),
@@ -347,6 +365,10 @@ impl Volume {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
+        if self.kind == Kind::Bound {
+            // Nothing of the service's own was made for it.
+            return Ok(());
+        }
         let dir = self.dir();
         if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
             // Detached, so a straggler holding it open cannot make this
@@ -373,7 +395,7 @@ impl Volume {
                     _ => Ok(()),
                 }
             }
-            Kind::Pin => {
+            Kind::Pin | Kind::Bound => {
                 match rustix::fs::unlinkat(&dir.fd, self.id.as_str(), AtFlags::REMOVEDIR) {
                     Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
                     Err(e) => Err(e.into()),

@@ -93,6 +93,10 @@ pub enum Command {
         /// root, out of their reach).
         #[arg(long)]
         user: Option<String>,
+        /// "dev:ino" `/workspace` must have: the supervisor refuses to
+        /// serve a container whose workspace is another directory.
+        #[arg(long)]
+        workspace_identity: Option<String>,
     },
     /// The client verbs: `run`, `session`, `env`, `diff`, `checkpoint`,
     /// `upload`, `download`, `apply`, `read`, `create`, `edit`, `ls`,

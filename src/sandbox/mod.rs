@@ -166,6 +166,12 @@ pub struct ContainerSpec {
     /// Device and inode the workspace must still have when a container is
     /// started over it; `None` skips the check.
     pub workspace_identity: Option<(u64, u64)>,
+    /// The engine binds `workspace` by a path the service does not control
+    /// (a lent directory, when the service cannot mount): every container
+    /// is then checked from inside, by its supervisor, to hold the
+    /// directory of `workspace_identity` before any command runs, and no
+    /// command ever runs without the supervisor.
+    pub workspace_bound: bool,
     /// "uid:gid" the container and its commands run as.
     pub user: String,
     /// Environment of every command.
@@ -473,6 +479,15 @@ impl Sandbox {
         if self.spec.supervisor.is_some()
             && let Err(e) = self.link(&id).await
         {
+            if self.spec.workspace_bound {
+                // Whether the engine mounted another directory or the
+                // supervisor could not say: nothing runs in this one.
+                self.replace(&id).await;
+                return Err(Error::WorkspaceGone(format!(
+                    "{}: the container's workspace could not be confirmed to be the session's                      directory ({e}); the container was removed",
+                    self.spec.workspace.display()
+                )));
+            }
             tracing::warn!(container = %id, error = %e, "supervisor unavailable; commands will run as plain execs");
         }
         Ok(id)
@@ -486,8 +501,22 @@ impl Sandbox {
         };
         let path = &self.spec.workspace;
         let gone = |why: String| Error::WorkspaceGone(format!("{}: {why}", path.display()));
-        let st = rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| gone(e.to_string()))?;
+        let st = if self.spec.workspace_bound {
+            // The engine resolves this path itself: no symlink may lie
+            // anywhere on it (a swapped ancestor is refused, not followed).
+            use rustix::fs::{Mode, OFlags, ResolveFlags};
+            rustix::fs::openat2(
+                rustix::fs::CWD,
+                path,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            )
+            .and_then(|fd| rustix::fs::fstat(&fd))
+        } else {
+            rustix::fs::statat(rustix::fs::CWD, path, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        }
+        .map_err(|e| gone(e.to_string()))?;
         if (st.st_dev, st.st_ino) != identity {
             return Err(gone(
                 "it no longer holds the session's directory; close the session".into(),
@@ -524,17 +553,22 @@ impl Sandbox {
         }
         let rt = &self.runtime;
         let user = &self.spec.user;
+        let identity = self
+            .spec
+            .workspace_bound
+            .then_some(self.spec.workspace_identity)
+            .flatten();
         let started = match self.spec.socket_dir.as_deref() {
-            Some(dir) => match Link::start(rt, container, user, Some(dir)).await {
+            Some(dir) => match Link::start(rt, container, user, Some(dir), identity).await {
                 Ok(link) => Ok(link),
                 Err(e) => {
                     // The engine's own stdio reaches containers a host
                     // socket cannot (gVisor).
                     tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
-                    Link::start(rt, container, user, None).await
+                    Link::start(rt, container, user, None, identity).await
                 }
             },
-            None => Link::start(rt, container, user, None).await,
+            None => Link::start(rt, container, user, None, identity).await,
         };
         match started {
             Ok(link) => {
@@ -596,11 +630,15 @@ impl Sandbox {
                     container = self.ensure().await?;
                     match self.supervised(&container, &spec).await {
                         Ok(via) => return Ok(Started { via, notes, hints }),
+                        Err(e) if self.spec.workspace_bound => return Err(e),
                         Err(e) => {
                             tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
                         }
                     }
                 }
+                // A workspace only the supervisor can vouch for is never
+                // worked on without it.
+                Err(e) if self.spec.workspace_bound => return Err(e),
                 Err(e) => {
                     tracing::warn!(container = %container, error = %e, "supervisor unavailable; running as a plain exec")
                 }

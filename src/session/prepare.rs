@@ -91,6 +91,13 @@ pub(super) async fn reopen(
     .await
     .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
     let cfg = &config.sandbox;
+    if volume.bound_by_path() && cfg.supervisor.is_none() {
+        let _ = volume.remove();
+        return Err(Error::Volume(crate::volume::Error::Pin(io::Error::other(
+            "a service that does not run as root lends a directory only to containers with the \
+             in-container supervisor, which checks it; start it with --exec-mode supervisor",
+        ))));
+    }
     let (uid, gid) = command_user(workspace.owner(), cfg.default_user);
     // What the session really has: no quota where none is enforced.
     let limits = match volume.quota() {
@@ -109,6 +116,7 @@ pub(super) async fn reopen(
         image,
         workspace: volume.path().to_path_buf(),
         workspace_identity: Some(volume.identity()),
+        workspace_bound: volume.bound_by_path(),
         user: format!("{uid}:{gid}"),
         env: cfg.default_env.clone(),
         limits,

@@ -9,6 +9,11 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 
 use super::{Error, Inner, Kind, MIN_DISK_BYTES, MIN_INODES, Quota, Volume, Volumes, check_id};
 
+/// What a session over a plain directory is told.
+const NO_QUOTA: &str = "this service runs without root, so the workspace is a plain directory \
+     with no disk quota: what commands write is bounded only by the free space of the \
+     service's state directory";
+
 impl Volumes {
     /// Makes a fresh, empty workspace `id` whose root is owned by `owner`:
     /// its own filesystem of `quota` when the service may mount, else a
@@ -38,7 +43,7 @@ impl Volumes {
             path,
             identity: (0, 0),
             quota: inner.can_mount.then_some(quota),
-            note: None,
+            note: (!inner.can_mount).then(|| NO_QUOTA.to_string()),
         };
         let create = |e: io::Error| Error::Create(e.to_string());
         rustix::fs::mkdirat(&inner.workspaces.fd, id, Mode::from_raw_mode(0o700))
@@ -107,7 +112,7 @@ impl Volumes {
             path: inner.workspaces.path.join(id),
             identity: (0, 0),
             quota: None,
-            note: None,
+            note: (!inner.can_mount).then(|| NO_QUOTA.to_string()),
         };
         let gone =
             |e: &dyn std::fmt::Display| Error::Gone(format!("{}: {e}", volume.path.display()));

@@ -1,7 +1,8 @@
 //! Pinning a directory lent to a session: a bind mount made from the
 //! directory fd the file tools hold, `nosuid,nodev`, id-mapped where root
 //! owns it, refused where other users of the host could reach it or a file
-//! in it is linked from outside.
+//! in it is linked from outside. A service that cannot mount has the
+//! engine bind the directory by its path instead (`bound`).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -43,6 +44,10 @@ impl Volumes {
     /// `nosuid,nodev`, made from the fd (no path is resolved). Refuses a
     /// directory other users of the host could reach. Blocking.
     ///
+    /// A service that cannot mount (it does not run as root) checks the
+    /// same, then has the engine bind the directory by its path: see
+    /// [`Volumes::bound`].
+    ///
     /// When root owns the directory, its commands run as `root_user` (uid,
     /// gid): the pin is then id-mapped, on-disk uid 0 to that uid and the
     /// directory's group to that gid, so they can work in it as in their
@@ -59,9 +64,6 @@ impl Volumes {
         no_idmap: Option<&str>,
     ) -> Result<Volume, Error> {
         check_id(id)?;
-        if !self.inner.can_mount {
-            return Err(Error::CannotPin);
-        }
         let st = rustix::fs::fstat(root).map_err(|e| Error::Pin(e.into()))?;
         // A set-id file a command makes in the directory lands on the host
         // with the directory owner's ids (root's, when id-mapped): only a
@@ -85,6 +87,9 @@ impl Volumes {
         // from elsewhere (a local `git clone`, `cp -al`) is the same file
         // there, where others may reach it. The same walk finds state below.
         linked_outside(root)?;
+        if !self.inner.can_mount {
+            return Ok(self.bound(id, host, (st.st_dev, st.st_ino)));
+        }
         let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
             uid: (0, root_user.0),
             gid: (st.st_gid, root_user.1),

@@ -35,6 +35,7 @@ mod policy;
 mod report;
 mod restart_deep;
 mod restart_moved;
+mod rootless;
 mod scan_bounds;
 mod session_tokens;
 mod sessions;

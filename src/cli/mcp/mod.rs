@@ -265,15 +265,6 @@ async fn open_private(
     workspace: Option<PathBuf>,
     attendance: watch::Receiver<Option<Attendance>>,
 ) -> (Backend, Result<Session, Refused>) {
-    if !rustix::process::geteuid().is_root() {
-        return (
-            Backend::None,
-            Err(unavailable(
-                "without --addr, `sandboxd mcp` runs a private service, which must run as root \
-                 (it mounts workspaces); run it as root or pass --addr of a running service",
-            )),
-        );
-    }
     let workspace = match workspace.map(std::fs::canonicalize).transpose() {
         Ok(w) => w,
         Err(e) => {

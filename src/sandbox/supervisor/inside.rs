@@ -41,13 +41,21 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
 /// With `connect`, frames travel over the Unix socket the service listens on
 /// (mounted read-only into the container): no Docker hop on the way. Without
 /// it, they travel over the exec's stdin and stdout.
+///
+/// With `workspace_identity` ("dev:ino"), it first checks that
+/// `/workspace` is that directory, and serves nothing otherwise: the
+/// engine bound it by a path the service does not control.
 pub async fn supervise(
     connect: Option<std::path::PathBuf>,
     user: Option<String>,
+    workspace_identity: Option<String>,
 ) -> std::io::Result<()> {
     // Not even a process of our own uid may attach to or read us.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     let user = user.as_deref().map(parse_user).transpose()?;
+    if let Some(want) = workspace_identity {
+        check_workspace(&want)?;
+    }
     let mut stdin = tokio::io::stdin();
     let secret = read_secret(&mut stdin).await?;
     match connect {
@@ -58,6 +66,24 @@ pub async fn supervise(
         }
         None => serve_frames(stdin, tokio::io::stdout(), secret, user).await,
     }
+}
+
+/// Refuses unless `/workspace` (the mount point itself, no link followed)
+/// has the device and inode `want` ("dev:ino") names.
+fn check_workspace(want: &str) -> std::io::Result<()> {
+    let st = rustix::fs::statat(
+        rustix::fs::CWD,
+        super::WORKSPACE_PATH,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )?;
+    let have = format!("{}:{}", st.st_dev, st.st_ino);
+    if have != want {
+        return Err(std::io::Error::other(format!(
+            "{} is {have}, not the session's directory {want}: the engine mounted another              directory; serving nothing",
+            super::WORKSPACE_PATH
+        )));
+    }
+    Ok(())
 }
 
 /// "uid:gid" as numbers.

@@ -22,6 +22,8 @@ pub mod inside;
 pub const MOUNT_PATH: &str = "/.sandboxd/sandboxd";
 /// Where the container's socket directory is mounted (read-only).
 pub const RUN_PATH: &str = "/.sandboxd/run";
+/// Where the workspace is mounted in every container.
+pub const WORKSPACE_PATH: &str = "/workspace";
 /// The socket's name in that directory.
 const SOCKET: &str = "sock";
 /// The user the supervisor runs as in the container: not the commands'.

@@ -52,15 +52,6 @@ pub(super) fn volume_status(err: &crate::volume::Error) -> Described {
             ),
             &[("path", path.display().to_string())],
         ),
-        V::CannotPin => status(
-            Code::FailedPrecondition,
-            reason::INVALID_WORKSPACE,
-            "Existing directories can be lent to sessions only when the service runs as root (it pins \
-             each one with a mount, so later renames cannot change what containers see). No session \
-             was created. Omit workspace_path for a fresh workspace."
-                .to_string(),
-            &[],
-        ),
         V::Gone(why) => status(
             Code::FailedPrecondition,
             reason::WORKSPACE_GONE,

@@ -99,12 +99,15 @@ impl Link {
     /// `socket_dir` (the host side of the container's read-only
     /// `/.sandboxd/run`), frames travel over a Unix socket the service
     /// listens on, bypassing the Docker daemon; otherwise over the exec's
-    /// stdin and stdout.
+    /// stdin and stdout. With `workspace` (device and inode), the
+    /// supervisor first checks that the container's workspace is that
+    /// directory, and never starts otherwise.
     pub async fn start(
         rt: &Arc<dyn Runtime>,
         container: &str,
         user: &str,
         socket_dir: Option<&Path>,
+        workspace: Option<(u64, u64)>,
     ) -> Result<Link, Error> {
         let mut argv = vec![
             MOUNT_PATH.to_string(),
@@ -112,6 +115,9 @@ impl Link {
             "--user".to_string(),
             user.to_string(),
         ];
+        if let Some((dev, ino)) = workspace {
+            argv.extend(["--workspace-identity".to_string(), format!("{dev}:{ino}")]);
+        }
         let listener = match socket_dir {
             Some(dir) => {
                 argv.extend(["--connect".to_string(), format!("{RUN_PATH}/{SOCKET}")]);

@@ -3,6 +3,13 @@
 //! 0600, and a peer is taken for the supervisor only when it is root, is
 //! the very process the engine started as the supervisor exec, and greets
 //! with the secret handed to that exec. Anything else is dropped.
+//!
+//! A service that does not run as root owns the directory and the socket
+//! as its own user, which root in the container (without a capability to
+//! override permissions) could not reach: there they are 0711 and 0666.
+//! No other user of the host reaches them even so, since they lie in the
+//! service's private state directory (0700); in the container, commands
+//! may connect, and are dropped like any peer that is not the supervisor.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,8 +19,19 @@ use crate::sandbox::supervisor::frames::{self, Decoder, event};
 use crate::sandbox::{Error, Runtime};
 use crate::secret;
 
-/// Makes a container's socket directory: root's (the service's), mode
-/// 0700, so only root in that container can reach the socket inside.
+/// The modes of a container's socket directory and socket: private to
+/// the service's user, which is root in the container when it is root.
+fn modes() -> (u32, u32) {
+    if rustix::process::geteuid().is_root() {
+        (0o700, 0o600)
+    } else {
+        (0o711, 0o666)
+    }
+}
+
+/// Makes a container's socket directory: the service's, mode 0700 (0711
+/// for a service that is not root), so only root in that container can
+/// reach the socket inside.
 pub fn make_socket_dir(dir: &Path) -> Result<(), Error> {
     use rustix::fs::{Mode, OFlags};
     let fail = |e: rustix::io::Errno| {
@@ -29,7 +47,7 @@ pub fn make_socket_dir(dir: &Path) -> Result<(), Error> {
         Mode::empty(),
     )
     .map_err(fail)?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700)).map_err(fail)
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(modes().0)).map_err(fail)
 }
 
 /// Listens on the socket in `dir` (made private first: only root can reach
@@ -49,7 +67,7 @@ pub(super) fn listen(dir: &Path) -> Result<tokio::net::UnixListener, Error> {
         Err(e) => return Err(fail(e)),
     }
     let listener = tokio::net::UnixListener::bind(&path).map_err(fail)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(modes().1)).map_err(fail)?;
     Ok(listener)
 }
 
