@@ -31,10 +31,12 @@ impl Volumes {
                 })
                 .collect()
         };
-        for (dir, kind) in [
-            (&inner.workspaces, Kind::Filesystem),
-            (&inner.pins, Kind::Pin),
-        ] {
+        let fresh = if inner.can_mount {
+            Kind::Filesystem
+        } else {
+            Kind::Directory
+        };
+        for (dir, kind) in [(&inner.workspaces, fresh), (&inner.pins, Kind::Pin)] {
             for id in stale(dir) {
                 let volume = Volume {
                     inner: Arc::clone(inner),
@@ -47,12 +49,15 @@ impl Volumes {
                 };
                 // What someone may still want is moved aside, not deleted:
                 // a volume the host no longer mounts is mounted to be seen.
-                let holds_something = kind == Kind::Filesystem
-                    && match inner.can_mount.then(|| volume.mount_again()) {
+                let holds_something = match kind {
+                    Kind::Filesystem => match inner.can_mount.then(|| volume.mount_again()) {
                         // A volume that cannot be looked into is kept.
                         Some(Err(_)) => true,
                         _ => !volume.is_empty(),
-                    };
+                    },
+                    Kind::Directory => !volume.is_empty(),
+                    Kind::Pin | Kind::Bound => false,
+                };
                 if holds_something {
                     match volume.quarantine() {
                         Ok(to) => tracing::warn!(

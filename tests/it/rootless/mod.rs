@@ -4,6 +4,7 @@
 
 mod escapes;
 mod project;
+mod restart;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -148,9 +149,23 @@ impl<'u> Served<'u> {
         // ordinary user's service uses it.
         common::TestServer::with_docker().await.stop().await;
         let socket = user.home.join("sandboxd.sock");
-        let log = std::fs::File::create(user._base.path().join("serve.log")).unwrap();
-        let child = user
-            .command(binary())
+        let child = Self::spawn(user, &socket);
+        let mut served = Served {
+            user,
+            socket,
+            child,
+        };
+        served.wait_ready().await;
+        served
+    }
+
+    fn spawn(user: &User, socket: &Path) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(user._base.path().join("serve.log"))
+            .unwrap();
+        user.command(binary())
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix:{}", socket.display()))
@@ -162,22 +177,33 @@ impl<'u> Served<'u> {
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .unwrap();
-        let served = Served {
-            user,
-            socket,
-            child,
-        };
+            .unwrap()
+    }
+
+    async fn wait_ready(&mut self) {
         let until = Instant::now() + Duration::from_secs(120);
-        while std::os::unix::net::UnixStream::connect(&served.socket).is_err() {
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
             assert!(
                 Instant::now() < until,
                 "the service did not start: {}",
-                served.log()
+                self.log()
+            );
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "the service exited: {}",
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        served
+    }
+
+    /// Kills the service outright (SIGKILL: nothing of it gets to clean
+    /// up) and starts it again over the same state.
+    pub async fn kill_and_restart(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.child = Self::spawn(self.user, &self.socket);
+        self.wait_ready().await;
     }
 
     pub fn log(&self) -> String {
