@@ -1,7 +1,8 @@
 //! `sandboxd serve`: the service's flags. They fill a `Config` (their
 //! defaults are `session::defaults`, the same numbers the library starts
 //! from). Groups of flags are their own `Args` in `serve/` (approvals,
-//! builds, connections, limits); `start` is the start-up.
+//! builds, connections, limits); `socket` binds a Unix socket; `start` is
+//! the start-up.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ mod approvals;
 mod builds;
 mod connections;
 mod limits;
+mod socket;
 mod start;
 
 pub use start::serve;
@@ -56,10 +58,18 @@ fn parse_pool(s: &str) -> Result<(String, usize), String> {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on: HOST:PORT, or unix:/PATH for a Unix socket
-    /// (mode 0600: only this user may connect). A non-loopback TCP address
-    /// requires a token.
+    /// (mode 0600: only this user may connect, unless --socket-group). A
+    /// non-loopback TCP address requires a token.
     #[arg(long, env = "SANDBOXD_LISTEN", default_value = defaults::LISTEN, value_parser = parse_listen)]
     listen: ListenAddr,
+    /// Group whose members may use the Unix socket of --listen unix:/PATH:
+    /// the socket is made mode 0660 and owned by this group (a name from
+    /// the system's group database, e.g. made with `groupadd --system
+    /// sandboxd`). Its members are operators: over the socket they need no
+    /// token (unless --token-file sets one) and may drive every session, as
+    /// members of the docker group may with Docker's socket.
+    #[arg(long, env = "SANDBOXD_SOCKET_GROUP")]
+    socket_group: Option<String>,
     /// File holding the bearer token every call must carry (or set
     /// SANDBOXD_TOKEN).
     #[arg(long, env = "SANDBOXD_TOKEN_FILE")]

@@ -41,6 +41,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             .with_ansi(std::io::stderr().is_terminal())
             .init();
     }
+    let socket_group = socket_group(&args.listen, args.socket_group.as_deref())?;
     let state_dir = args
         .state_dir
         .unwrap_or_else(|| sandboxd::state::StateDir::default_path(&args.service_name));
@@ -154,7 +155,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     // Bind first so a taken port fails fast, before any slow image build.
     let (listener, socket_file): (sandboxd::server::Listener, _) = match &args.listen {
         ListenAddr::Tcp(addr) => (tokio::net::TcpListener::bind(addr).await?.into(), None),
-        ListenAddr::Unix(path) => (bind_unix(path)?.into(), Some(path.clone())),
+        ListenAddr::Unix(path) => (
+            super::socket::bind(path, socket_group.as_ref())?.into(),
+            Some(path.clone()),
+        ),
     };
     match docker.ping().await {
         Ok(()) => {
@@ -203,7 +207,8 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             tracing::info!(addr = %l.local_addr()?, tls = tls.is_some(), "sandboxd listening")
         }
         sandboxd::server::Listener::Unix(_) => {
-            tracing::info!(socket = ?socket_file, "sandboxd listening")
+            let group = socket_group.as_ref().map(|g| g.name.as_str());
+            tracing::info!(socket = ?socket_file, group, "sandboxd listening")
         }
     }
     if build_token.is_some() && build_token == token {
@@ -265,39 +270,21 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Binds a Unix socket only this user can connect to. A stale socket left
-/// by a dead instance is replaced; any other file at the path is not.
-fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, AnyError> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(format!("{} exists and is not a socket", path.display()).into());
-        }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!("{} is in use by a running service", path.display()).into());
-        }
-        std::fs::remove_file(path)?;
+/// The group `--socket-group` names, resolved before anything starts; it
+/// needs a Unix socket to own.
+fn socket_group(
+    listen: &ListenAddr,
+    name: Option<&str>,
+) -> Result<Option<super::socket::Group>, AnyError> {
+    match (listen, name) {
+        (_, None) => Ok(None),
+        (ListenAddr::Unix(_), Some(name)) => super::socket::group(name).map(Some),
+        (ListenAddr::Tcp(addr), Some(name)) => Err(format!(
+            "--socket-group {name:?} needs a Unix socket to give the group (--listen unix:/PATH), \
+             but the service listens on TCP {addr}"
+        )
+        .into()),
     }
-    // Bound inside a private directory beside the target, made 0600 there,
-    // then renamed into place: no other user can connect in between, and
-    // the process umask (shared by every thread) is never touched.
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    let staging = tempfile::Builder::new()
-        .prefix(".sandboxd-bind-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir_in(parent)
-        .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(staging.path(), std::fs::Permissions::from_mode(0o700))?;
-    let staged = staging.path().join("sock");
-    let listener = tokio::net::UnixListener::bind(&staged)
-        .map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
-    std::fs::rename(&staged, path).map_err(|e| format!("cannot bind {}: {e}", path.display()))?;
-    staging.close()?;
-    Ok(listener)
 }
 
 /// Resolves at the first SIGTERM or SIGINT.
