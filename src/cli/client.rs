@@ -2,7 +2,8 @@
 //! result through a `Console` (see `print`). A refusal prints its reason
 //! and message and exits non-zero; `run` exits with the command's own code.
 //! This file defines the verbs and their flags; `spec` holds the flags of
-//! a new session and `call` runs a verb.
+//! a new session, `discover` finds the service when no address is given
+//! and `call` runs a verb.
 
 use std::path::PathBuf;
 
@@ -12,6 +13,7 @@ use sandboxd::session::defaults;
 use super::AnyError;
 
 mod call;
+mod discover;
 mod spec;
 
 pub use call::run;
@@ -21,7 +23,7 @@ pub use spec::SessionSpec;
 /// (global flags: they may follow any verb).
 #[derive(Debug, Args)]
 pub struct Target {
-    // The default is applied by `Target::addr`, so that `mcp` can tell an
+    // The default is found by `Target::addr`, so that `mcp` can tell an
     // address given from none.
     #[arg(
         long,
@@ -29,7 +31,11 @@ pub struct Target {
         env = "SANDBOXD_ADDR",
         help = format!(
             "Address of the service, for client verbs: http://HOST:PORT, \
-             https://HOST:PORT (with --ca-cert) or unix:/PATH [default: {}]",
+             https://HOST:PORT (with --ca-cert) or unix:/PATH [default: the \
+             service on this machine: your own on $XDG_RUNTIME_DIR/{}, else \
+             the system's on {} if you may use it, else {}]",
+            discover::PRIVATE_SOCKET,
+            discover::SYSTEM_SOCKET,
             defaults::ADDR
         )
     )]
@@ -53,9 +59,13 @@ pub struct Target {
 }
 
 impl Target {
-    /// The address the client verbs call.
-    pub fn addr(&self) -> &str {
-        self.addr.as_deref().unwrap_or(defaults::ADDR)
+    /// The address the client verbs call: the one given, else the service
+    /// found on this machine (see `discover`).
+    pub async fn addr(&self) -> String {
+        match &self.addr {
+            Some(addr) => addr.clone(),
+            None => discover::find().await,
+        }
     }
 
     /// The address, if one was given (`--addr` or `SANDBOXD_ADDR`).

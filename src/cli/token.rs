@@ -2,7 +2,10 @@
 //! port and was given none: every local user can reach such a port, so
 //! without a token any of them could drive every session. `serve` writes it
 //! to its private state directory with the address it is for; a client run
-//! by the same user finds it there and sends it to that address alone.
+//! by the same user finds it there and sends it to that address alone. A
+//! client also looks in the system service's state directory
+//! (`/var/lib/sandboxd/<service name>`), where it finds a token only if the
+//! operator let this user read it.
 
 use sandboxd::session::defaults;
 
@@ -12,6 +15,8 @@ use super::{AnyError, SERVICE_NAME_ENV};
 pub const TOKEN_FILE: &str = "token";
 /// The file where `serve` writes the address the token is for.
 pub const LISTEN_FILE: &str = "listen";
+/// Where the system service (run by root) keeps its state directories.
+const SYSTEM_STATE_ROOT: &str = "/var/lib/sandboxd";
 
 /// Makes a fresh token for the service listening on `addr` and writes it
 /// to `<state_dir>/token`, readable by the service's user only, with the
@@ -36,14 +41,23 @@ pub fn make_token(
     Ok(token)
 }
 
-/// The token a service on this machine made (see [`make_token`]), for a
-/// client run by the same user. It is sent only to the exact address that
-/// service recorded, and only while a socket of the token's owner listens
-/// there: never to another port, another host, or a port someone else took
-/// after the service stopped.
+/// The token a service on this machine made (see [`make_token`]): first
+/// this user's own service's, then the system service's where this user
+/// may read it. It is sent only to the exact address that service
+/// recorded, and only while a socket of the token's owner listens there:
+/// never to another port, another host, or a port someone else took after
+/// the service stopped.
 pub fn local_token(addr: &str) -> Option<String> {
     let service = std::env::var(SERVICE_NAME_ENV).unwrap_or_else(|_| defaults::SERVICE_NAME.into());
-    local_token_in(&sandboxd::state::StateDir::default_path(&service), addr)
+    let own = sandboxd::state::StateDir::default_path(&service);
+    let system = std::path::Path::new(SYSTEM_STATE_ROOT).join(&service);
+    first_token(&[own, system], addr)
+}
+
+/// The token of the first of the state directories `dirs` that holds one
+/// for `addr` (see [`local_token_in`]).
+fn first_token(dirs: &[std::path::PathBuf], addr: &str) -> Option<String> {
+    dirs.iter().find_map(|dir| local_token_in(dir, addr))
 }
 
 /// [`local_token`] for the service whose state directory is `dir`.
@@ -152,6 +166,27 @@ mod tests {
         // Nobody listens there any more: not sent.
         drop(listener);
         assert_eq!(local_token_in(dir.path(), &url(addr)), None);
+    }
+
+    #[test]
+    fn the_system_services_token_is_found_after_the_users_own() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let url = format!("http://{addr}");
+        let system = state_for(addr);
+        std::fs::write(system.path().join(TOKEN_FILE), "system\n").unwrap();
+        // The user's own service has none, or one for another address.
+        let own = tempfile::tempdir().unwrap();
+        let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
+        assert_eq!(first_token(&dirs, &url).as_deref(), Some("system"));
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let own = state_for(other.local_addr().unwrap());
+        let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
+        assert_eq!(first_token(&dirs, &url).as_deref(), Some("system"));
+        // The user's own, for this address, comes first.
+        let own = state_for(addr);
+        let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
+        assert_eq!(first_token(&dirs, &url).as_deref(), Some("t0ken"));
     }
 
     #[test]

@@ -16,16 +16,18 @@ use super::{SessionCommand, Target, Verb};
 /// Exit code of `run` when the command timed out (as timeout(1) exits).
 const EXIT_TIMED_OUT: u8 = 124;
 
-/// Runs one client verb against `target`, printing through a [`Console`]
-/// over stdout and stderr. Without a token, the one a service of this user
-/// made for exactly that address is sent (see `token`).
+/// Runs one client verb against `target` (or the service found on this
+/// machine), printing through a [`Console`] over stdout and stderr. Without
+/// a token, the one a local service made for exactly that address is sent
+/// (see `token`).
 pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<ExitCode, AnyError> {
+    let addr = target.addr().await;
     let token = match verb.token_from_file()? {
         Some(from_file) => Some(from_file),
-        None => token.or_else(|| token::local_token(target.addr())),
+        None => token.or_else(|| token::local_token(&addr)),
     };
     let mut con = Console::stdio();
-    let code = match call(target, token, verb, &mut con).await {
+    let code = match call(target, &addr, token, verb, &mut con).await {
         Ok(code) => code,
         // Printed here, not by the caller: the error may echo what the
         // service sent, and it must start on a line of its own.
@@ -43,6 +45,7 @@ pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<Ex
 /// its reason and message.
 async fn call(
     target: Target,
+    addr: &str,
     token: Option<String>,
     verb: Verb,
     con: &mut Stdio,
@@ -52,7 +55,7 @@ async fn call(
         (Some(own), true) => Some(own.clone()),
         _ => token,
     };
-    let mut c = connect::client(target.addr(), target.ca_cert(), token).await?;
+    let mut c = connect::client(addr, target.ca_cert(), token).await?;
     let session = target.session;
     let need_session = || {
         session
