@@ -29,6 +29,7 @@ mod fairness;
 mod hostile;
 mod images;
 mod lifecycle;
+mod local_service;
 mod long_suites;
 mod metrics;
 mod policy;
