@@ -15,6 +15,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, List, Mapping, Optiona
 import grpc
 
 from . import _convert as conv
+from . import discover
 from . import types as t
 from .errors import SandboxdError, SessionNotFound, TransportError, from_rpc_error
 from .v1 import sandbox_pb2 as pb
@@ -22,8 +23,9 @@ from .v1 import sandbox_pb2_grpc as pb_grpc
 
 __all__ = ["connect", "Client", "Session", "CommandStream", "BuildStream"]
 
-#: Address used when neither ``addr`` nor ``SANDBOXD_ADDR`` is given.
-DEFAULT_ADDR = "127.0.0.1:50051"
+#: Address used when neither ``addr`` nor ``SANDBOXD_ADDR`` is given and no
+#: service answers on a local socket (see :mod:`sandboxd.discover`).
+DEFAULT_ADDR = discover.DEFAULT_ADDR
 #: Largest message sent or received: the service's own limit (src/server.rs).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 #: Bytes per message of an upload.
@@ -50,10 +52,16 @@ def connect(
     ``addr``: ``host:port`` or ``http://host:port`` (plaintext),
     ``https://host:port`` (TLS, trusting the PEM file ``ca_cert``, else
     ``SANDBOXD_CA_CERT``, else the system's roots) or ``unix:/path``;
-    default ``SANDBOXD_ADDR``, else ``127.0.0.1:50051``. ``token`` (default
-    ``SANDBOXD_TOKEN``) is sent as ``authorization: Bearer <token>`` on every
-    call. ``timeout`` is a deadline in seconds for each unary call (commands,
-    builds and transfers have none). Nothing is sent until the first call.
+    default ``SANDBOXD_ADDR``, else the service on this machine: the user's
+    own on ``$XDG_RUNTIME_DIR/sandboxd.sock``, else the system's on
+    ``/run/sandboxd.sock`` if the user may connect to it, else
+    ``127.0.0.1:50051`` (see :mod:`sandboxd.discover`). ``token`` (default
+    ``SANDBOXD_TOKEN``, else for a loopback address the token the local
+    service made for it, where this user may read it) is sent as
+    ``authorization: Bearer <token>`` on every call. ``timeout`` is a
+    deadline in seconds for each unary call (commands, builds and transfers
+    have none). Nothing is sent until the first call (finding the service
+    only connects to local sockets to see that they answer).
     """
     return Client(addr, token, ca_cert, timeout=timeout)
 
@@ -169,9 +177,9 @@ class Client:
         *,
         timeout: Optional[float] = None,
     ) -> None:
-        self.addr: str = addr or os.environ.get("SANDBOXD_ADDR") or DEFAULT_ADDR
+        self.addr: str = addr or os.environ.get("SANDBOXD_ADDR") or discover.address()
         if token is None:
-            token = os.environ.get("SANDBOXD_TOKEN")
+            token = os.environ.get("SANDBOXD_TOKEN") or discover.local_token(self.addr)
         token = (token or "").strip() or None
         target, tls = _target(self.addr)
         options = [
