@@ -41,6 +41,15 @@ pub async fn build_rootfs(rootfs: &Path) -> Result<(), Error> {
         image: default_image(),
         why,
     };
+    // debootstrap makes a root filesystem, which takes root: a service run
+    // by an ordinary user uses the image root built once.
+    if !rustix::process::geteuid().is_root() {
+        return Err(fail(
+            "it is not built yet, and building it takes root (debootstrap makes a root \
+             filesystem): run `sudo sandboxd image build` once, then start sandboxd as yourself"
+                .into(),
+        ));
+    }
     // A fresh Debian machine has no debootstrap: install it (or say how).
     tokio::task::spawn_blocking(|| crate::provision::ensure(&[crate::provision::DEBOOTSTRAP]))
         .await
