@@ -65,7 +65,7 @@ def show(turn: int, tool: str, told: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--addr", default=os.environ.get("SANDBOXD_ADDR"), help="service address (default: $SANDBOXD_ADDR, else 127.0.0.1:50051)")
+    parser.add_argument("--addr", default=os.environ.get("SANDBOXD_ADDR"), help="service address (default: $SANDBOXD_ADDR, else the service on this machine)")
     parser.add_argument("--token", default=os.environ.get("SANDBOXD_TOKEN"), help="bearer token (default: $SANDBOXD_TOKEN)")
     parser.add_argument("--ca-cert", default=os.environ.get("SANDBOXD_CA_CERT"), help="CA certificate (PEM) for https:// addresses")
     args = parser.parse_args()
