@@ -104,6 +104,15 @@ pub enum Error {
         /// Why.
         why: String,
     },
+    /// Without root the engine binds the directory by its path, and a
+    /// directory above it could be changed by another user of the host.
+    #[error("{ancestor}, above {path}, could be changed by another user of the host")]
+    Exposed {
+        /// The directory lent.
+        path: PathBuf,
+        /// The directory above it that others could change.
+        ancestor: PathBuf,
+    },
     /// The workspace's mount no longer holds the session's directory.
     #[error("the workspace is gone: {0}")]
     Gone(String),

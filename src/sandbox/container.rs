@@ -164,7 +164,8 @@ impl Sandbox {
                 // supervisor could not say: nothing runs in this one.
                 self.replace(&id).await;
                 return Err(Error::WorkspaceGone(format!(
-                    "{}: the container's workspace could not be confirmed to be the session's                      directory ({e}); the container was removed",
+                    "{}: the container's workspace could not be confirmed to be the session's \
+                     directory ({e}); the container was removed",
                     self.spec.workspace.display()
                 )));
             }
@@ -244,7 +245,11 @@ impl Sandbox {
                 Err(e) => {
                     // The engine's own stdio reaches containers a host
                     // socket cannot (gVisor).
-                    tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
+                    if identity.is_some() {
+                        tracing::warn!(container, error = %e, "the supervisor did not connect over its socket (it serves nothing when /workspace is not the session's directory); trying over stdio");
+                    } else {
+                        tracing::info!(container, error = %e, "supervisor socket unreachable; framing over stdio");
+                    }
                     Link::start(rt, container, user, None, identity).await
                 }
             },

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -485,23 +485,29 @@ impl Runtime for DockerRuntime {
                 .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));
         }
         let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
-        let mut binds = vec![format!("{}:/workspace:rw", spec.workspace.display())];
+        // Mounts, never the legacy binds: for a bind whose source is
+        // missing, the engine (as root) would make it, and chown it, through
+        // whatever symlinks the path holds by then; a mount refuses it.
+        let bind = |source: &std::path::Path, target: &str, read_only: bool| Mount {
+            typ: Some(MountType::BIND),
+            source: Some(source.display().to_string()),
+            target: Some(target.to_string()),
+            read_only: Some(read_only),
+            ..Default::default()
+        };
+        let mut mounts = vec![bind(
+            &spec.workspace,
+            super::supervisor::WORKSPACE_PATH,
+            false,
+        )];
         if let Some(binary) = &spec.supervisor {
-            binds.push(format!(
-                "{}:{}:ro",
-                binary.display(),
-                super::supervisor::MOUNT_PATH
-            ));
+            mounts.push(bind(binary, super::supervisor::MOUNT_PATH, true));
         }
         if let Some(dir) = &spec.socket_dir {
-            binds.push(format!(
-                "{}:{}:ro",
-                dir.display(),
-                super::supervisor::RUN_PATH
-            ));
+            mounts.push(bind(dir, super::supervisor::RUN_PATH, true));
         }
         let host_config = HostConfig {
-            binds: Some(binds),
+            mounts: Some(mounts),
             network_mode: Some("none".into()),
             cap_drop: Some(vec!["ALL".into()]),
             // Only the supervisor (root in the container) holds these;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use super::{Kind, Volume, Volumes};
+use super::{Error, Kind, Volume, Volumes};
 
 impl Volumes {
     /// The volume of the lent directory at `host` (canonical, already
@@ -58,4 +58,43 @@ pub(super) fn open(path: &Path) -> io::Result<OwnedFd> {
         Mode::empty(),
         ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     )?)
+}
+
+/// Refuses `path` unless no user but root and `owner` could change what
+/// it names: every directory from `/` down to its parent belongs to root
+/// or `owner`, and is writable by nobody else (a sticky directory of
+/// theirs, such as /tmp, lets nobody else rename what is not theirs).
+/// The engine resolves the path itself, so another user able to rename
+/// a directory above it could put anything in its place.
+pub(super) fn held(path: &Path, owner: u32) -> Result<(), Error> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let pin = |e: rustix::io::Errno| Error::Pin(e.into());
+    let mut dir = rustix::fs::open("/", flags, Mode::empty()).map_err(pin)?;
+    let mut at = std::path::PathBuf::from("/");
+    let names: Vec<_> = path
+        .components()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let Some((_, above)) = names.split_last() else {
+        return Ok(());
+    };
+    for name in std::iter::once(None).chain(above.iter().map(Some)) {
+        if let Some(name) = name {
+            dir = rustix::fs::openat(&dir, *name, flags, Mode::empty()).map_err(pin)?;
+            at.push(name);
+        }
+        let st = rustix::fs::fstat(&dir).map_err(pin)?;
+        let theirs = st.st_uid == 0 || st.st_uid == owner;
+        let sticky = st.st_mode & 0o1000 != 0;
+        if !theirs || (st.st_mode & 0o022 != 0 && !sticky) {
+            return Err(Error::Exposed {
+                path: path.to_path_buf(),
+                ancestor: at,
+            });
+        }
+    }
+    Ok(())
 }

@@ -88,6 +88,7 @@ impl Volumes {
         // there, where others may reach it. The same walk finds state below.
         linked_outside(root)?;
         if !self.inner.can_mount {
+            super::bound::held(host, st.st_uid)?;
             return Ok(self.bound(id, host, (st.st_dev, st.st_ino)));
         }
         let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {

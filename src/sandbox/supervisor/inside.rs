@@ -79,7 +79,8 @@ fn check_workspace(want: &str) -> std::io::Result<()> {
     let have = format!("{}:{}", st.st_dev, st.st_ino);
     if have != want {
         return Err(std::io::Error::other(format!(
-            "{} is {have}, not the session's directory {want}: the engine mounted another              directory; serving nothing",
+            "{} is {have}, not the session's directory {want}: the engine mounted another \
+             directory; serving nothing",
             super::WORKSPACE_PATH
         )));
     }

@@ -22,8 +22,8 @@ pub(super) fn sandbox_status(err: &sandbox::Error) -> Described {
             Code::FailedPrecondition,
             reason::WORKSPACE_GONE,
             format!(
-                "The session's workspace is gone ({why}). No container was started over it and \
-                 nothing was run. Close the session and create a new one."
+                "The session's workspace is gone ({why}). Nothing was run in it. Close the session \
+                 and create a new one."
             ),
             &[],
         ),

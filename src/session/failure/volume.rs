@@ -19,6 +19,24 @@ pub(super) fn volume_status(err: &crate::volume::Error) -> Described {
             ),
             &[("path", path.display().to_string())],
         ),
+        V::Exposed { path, ancestor } => status(
+            Code::FailedPrecondition,
+            reason::INVALID_WORKSPACE,
+            format!(
+                "{} lies under {}, which a user of this host other than root and the directory's \
+                 owner could change. This service runs without root, so the container engine finds \
+                 the directory by its path, and such a user could put another directory in its \
+                 place. No session was created. Lend a directory every directory above which \
+                 belongs to root or to you and is writable by nobody else (a sticky one such as \
+                 /tmp is fine), then retry.",
+                path.display(),
+                ancestor.display()
+            ),
+            &[
+                ("path", path.display().to_string()),
+                ("ancestor", ancestor.display().to_string()),
+            ],
+        ),
         V::LinkedOutside { path, links } => status(
             Code::FailedPrecondition,
             reason::INVALID_WORKSPACE,

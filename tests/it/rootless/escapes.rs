@@ -153,3 +153,68 @@ async fn the_supervisor_serves_only_over_the_sessions_own_directory() {
     assert!(own.is_ok(), "{:?}", own.err());
     let _ = refused;
 }
+
+/// The engine is never asked to make a missing workspace: a path that
+/// leads, through a symlink planted on the way, to a place without the
+/// directory fails to start, and nothing is made there (the engine, as
+/// root, would make it and give it to root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_never_makes_a_missing_workspace() {
+    use std::sync::Arc;
+
+    use sandboxd::sandbox::{ContainerSpec, Runtime, docker::DockerRuntime};
+
+    crate::common::TestServer::with_docker().await.stop().await;
+    let rt: Arc<dyn Runtime> = Arc::new(DockerRuntime::new(None));
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.path().join("mid")).unwrap();
+    let label = format!("sandboxd-test-{}", uuid::Uuid::new_v4().simple());
+    let spec = ContainerSpec {
+        image: sandboxd::sandbox::image::default_image(),
+        workspace: dir.path().join("mid/proj"),
+        workspace_identity: None,
+        workspace_bound: true,
+        user: "1000:1000".into(),
+        env: Default::default(),
+        limits: sandboxd::sandbox::Limits {
+            memory_bytes: 256 << 20,
+            nano_cpus: 1_000_000_000,
+            pids: 64,
+            disk_bytes: 0,
+            inodes: 0,
+        },
+        tmp_bytes: 16 << 20,
+        labels: [(label.clone(), "1".to_string())].into(),
+        runtime: None,
+        supervisor: None,
+        socket_dir: None,
+    };
+    let started = rt.start_container(&spec).await;
+    crate::common::remove_containers_labelled(&label);
+    assert!(started.is_err(), "a container started over a missing path");
+    assert!(
+        !elsewhere.join("proj").exists(),
+        "the engine made the missing workspace"
+    );
+}
+
+/// Without root the engine finds a lent directory by its path, so no
+/// directory above it may belong to another user, who could swap it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_under_another_users_directory_is_not_lent() {
+    let user = User::new();
+    let proj = user.mkdir("shared/proj");
+    let shared = user.home.join("shared");
+    std::os::unix::fs::chown(&shared, Some(65534), Some(65534)).unwrap();
+    let served = Served::start(&user).await;
+    let (code, out, err) =
+        served.cli(&["session", "create", "--workspace", proj.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("INVALID_WORKSPACE"), "{err}");
+    assert!(
+        err.contains(&format!("lies under {}", shared.display())),
+        "{err}"
+    );
+}
