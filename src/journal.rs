@@ -154,6 +154,21 @@ pub struct Refused {
     pub message: String,
 }
 
+/// A session's calls counted, cheaply (for a listing of every session).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Calls journaled (numbered) so far.
+    pub calls: u64,
+    /// Commands that ran to a result (those still kept).
+    pub commands: u64,
+    /// Commands started and not ended.
+    pub running: u64,
+    /// Refused or failed calls (those still kept).
+    pub refused: u64,
+    /// Wall time of the last call's outcome, ms since the Unix epoch.
+    pub last_at_ms: Option<u64>,
+}
+
 /// How a session's writes compare with a plan.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanCheck {
@@ -323,6 +338,18 @@ impl Journal {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session's calls counted.
+    pub fn tally(&self) -> Tally {
+        let st = self.state();
+        Tally {
+            calls: st.next_seq,
+            commands: st.commands.len() as u64,
+            running: st.running.len() as u64,
+            refused: st.refused.len() as u64,
+            last_at_ms: st.entries.back().map(|e| e.at_ms),
+        }
     }
 
     /// Takes the next sequence number (a command takes it when it starts).

@@ -6,9 +6,11 @@
 
 mod listener;
 mod scrape;
+pub mod web;
 
 pub use listener::{Admission, ConnectionLimits, raise_fd_limit};
 pub use scrape::serve_metrics;
+pub use web::serve_web;
 
 use std::future::Future;
 use std::pin::Pin;

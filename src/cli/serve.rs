@@ -136,6 +136,12 @@ pub struct ServeArgs {
     /// network only the monitoring reaches).
     #[arg(long, env = "SANDBOXD_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve a read-only web view of the sessions at http://ADDR/ (off by
+    /// default). Viewers log in once with the service's token (every
+    /// session) or a session's token (that session); a service without a
+    /// token serves it on a loopback address only.
+    #[arg(long, env = "SANDBOXD_WEB_LISTEN")]
+    web_listen: Option<std::net::SocketAddr>,
     /// Log lines as plain text or as JSON objects (one per line, with the
     /// session's id on each line logged for a session's call).
     #[arg(long, env = "SANDBOXD_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]

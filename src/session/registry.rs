@@ -286,6 +286,23 @@ impl Registry {
         Ok(session)
     }
 
+    /// Session `id` as [`Registry::get`] finds it, for a viewer who only
+    /// looks: its idle clock is not touched, so watching a session never
+    /// keeps it alive.
+    pub fn observe(&self, caller: &Caller, id: &str) -> Result<Arc<Session>, Error> {
+        if *caller == Caller::Approver {
+            return Err(Error::NotPermitted {
+                token: Token::Approver,
+                what: "act on a session",
+            });
+        }
+        self.table()
+            .get(id)
+            .filter(|_| caller.may_use(id))
+            .cloned()
+            .ok_or_else(|| Error::NotFound { id: id.to_string() })
+    }
+
     /// Refuses a call that is not about one session to a session's token.
     pub fn admin_only(caller: &Caller, what: &'static str) -> Result<(), Error> {
         match caller {

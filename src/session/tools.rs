@@ -110,6 +110,11 @@ impl Session {
         }
     }
 
+    /// Commands running now.
+    pub fn commands_running(&self) -> usize {
+        self.running.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// GetSession: a snapshot, journaled.
     pub async fn get_info(&self) -> Info {
         let started = Instant::now();

@@ -45,3 +45,4 @@ mod sweep_dead;
 mod text_log;
 mod ttl_ceiling;
 mod walk;
+mod web;

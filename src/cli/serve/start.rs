@@ -233,6 +233,25 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         tls,
         connections: args.connections.limits(),
     };
+    let _web = match args.web_listen {
+        Some(addr) => {
+            if access.token.is_none() && !addr.ip().is_loopback() {
+                return Err(format!(
+                    "--web-listen {addr} is not a loopback address, and this service has no token \
+                     its viewers could log in with: give it a token (--token-file) or a loopback \
+                     address"
+                )
+                .into());
+            }
+            let web = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %web.local_addr()?, "web view at http://{}/", web.local_addr()?);
+            let (registry, access) = (Arc::clone(&registry), access.clone());
+            Some(AbortOnDrop(tokio::spawn(async move {
+                sandboxd::server::serve_web(web, registry, &access).await
+            })))
+        }
+        None => None,
+    };
     let served = sandboxd::server::serve(
         listener,
         registry,

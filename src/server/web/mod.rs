@@ -1,0 +1,299 @@
+//! The read-only web view (`serve --web-listen`): the sessions, each
+//! session's timeline of calls with its refusals, and the service's
+//! health, for the people responsible for what agents do. Nothing here
+//! changes a session: sessions are looked up without touching their idle
+//! clock, and no handler calls a tool.
+//!
+//! Its listener goes through a [`Gate`] like the gRPC one: a connection is
+//! closed at the handshake deadline unless a request carrying a valid
+//! viewer cookie vouches for it, so a stranger's connections cost a
+//! bounded amount; a session's viewer vouches for at most its share.
+//! Every answer forbids framing, caching and every script but the
+//! service's own.
+
+mod auth;
+mod pages;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use tokio::net::TcpListener;
+
+use super::listener::{Admission, ConnectionLimits, Gate, incoming};
+use super::{Access, BearerAuth};
+use crate::session::{Caller, Registry};
+pub use auth::COOKIE;
+use auth::Viewers;
+
+/// Connections the web listener keeps open at once.
+const CONNECTIONS: usize = 256;
+/// Connections one session's viewer keeps vouched for at once.
+const PER_SESSION: usize = 8;
+
+struct Web {
+    registry: Arc<Registry>,
+    viewers: Viewers,
+}
+
+type Shared = State<Arc<Web>>;
+
+/// Serves the web view on `listener` until the task is dropped. Without a
+/// service token in `access`, every viewer is the operator: the caller
+/// allows that on a loopback address only.
+pub async fn serve_web(listener: TcpListener, registry: Arc<Registry>, access: &Access) {
+    let open = access.token.is_none();
+    let web = Arc::new(Web {
+        viewers: Viewers::new(BearerAuth::new(access, Arc::clone(&registry)), open),
+        registry,
+    });
+    let router = router(web);
+    let gate = Gate::new(ConnectionLimits {
+        max: CONNECTIONS,
+        handshake: access.connections.handshake,
+        per_session: PER_SESSION,
+    });
+    let mut conns = incoming(listener, gate);
+    while let Some(conn) = conns.next().await {
+        let admission = conn.admission().clone();
+        let service = router.clone().layer(axum::Extension(admission));
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(conn);
+            let service = hyper_util::service::TowerToHyperService::new(service);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+fn router(web: Arc<Web>) -> Router {
+    Router::new()
+        .route("/", get(sessions_page))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/health", get(health_page))
+        .route("/sessions/{id}", get(session_page))
+        .route("/parts/sessions", get(sessions_part))
+        .route("/parts/sessions/{id}/timeline", get(timeline_part))
+        .route("/assets/style.css", get(style))
+        .route("/assets/live.js", get(script))
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(harden))
+        .with_state(web)
+}
+
+/// Headers every answer carries.
+async fn harden(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// A request without a valid viewer cookie.
+struct Stranger;
+
+impl IntoResponse for Stranger {
+    /// A page sends a stranger to the login form.
+    fn into_response(self) -> Response {
+        Redirect::to("/login").into_response()
+    }
+}
+
+/// The viewer of a request, vouching for its connection.
+fn viewer(web: &Web, headers: &HeaderMap, admission: &Admission) -> Result<Caller, Stranger> {
+    let Some(caller) = web.viewers.viewer(headers) else {
+        return Err(Stranger);
+    };
+    let session = match &caller {
+        Caller::Session(id) => Some(id.as_str()),
+        Caller::Admin | Caller::Approver => None,
+    };
+    admission.vouch(session);
+    Ok(caller)
+}
+
+fn html(markup: Markup) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        markup.into_string(),
+    )
+        .into_response()
+}
+
+fn not_found_page() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        html(pages::page(
+            "Not found",
+            true,
+            maud::html! { h1 { "Not found" } p { "Nothing here, or nothing you may see." } },
+        )),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
+
+async fn style() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/style.css"),
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/live.js"),
+    )
+        .into_response()
+}
+
+async fn login_page(State(web): Shared) -> Response {
+    if web.viewers.open() {
+        return Redirect::to("/").into_response();
+    }
+    html(pages::login(None))
+}
+
+#[derive(serde::Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(web): Shared, Form(form): Form<LoginForm>) -> Response {
+    match web.viewers.login(&form.token) {
+        Ok(cookie) => (
+            [(header::SET_COOKIE, auth::set_cookie(&cookie))],
+            Redirect::to("/"),
+        )
+            .into_response(),
+        Err(why) => {
+            let message = match why {
+                auth::Refused::Unknown => "That token is not one of this service's.",
+                auth::Refused::Approver => {
+                    "The approver's token decides what waits for a person, and sees no session here."
+                }
+            };
+            (StatusCode::UNAUTHORIZED, html(pages::login(Some(message)))).into_response()
+        }
+    }
+}
+
+async fn logout(State(web): Shared, headers: HeaderMap) -> Response {
+    web.viewers.logout(&headers);
+    (
+        [(header::SET_COOKIE, auth::clear_cookie())],
+        Redirect::to("/login"),
+    )
+        .into_response()
+}
+
+async fn rows(web: &Web, caller: &Caller) -> Vec<pages::Row> {
+    let mut rows = Vec::new();
+    for info in web.registry.list(caller).await {
+        if let Ok(session) = web.registry.observe(caller, &info.id) {
+            rows.push(pages::Row {
+                tally: session.journal.tally(),
+                info,
+            });
+        }
+    }
+    rows
+}
+
+async fn sessions_page(
+    State(web): Shared,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    match viewer(&web, &headers, &admission) {
+        Ok(caller) => html(pages::sessions(&rows(&web, &caller).await)),
+        Err(away) => away.into_response(),
+    }
+}
+
+async fn sessions_part(
+    State(web): Shared,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    match viewer(&web, &headers, &admission) {
+        Ok(caller) => html(pages::session_rows(&rows(&web, &caller).await)),
+        Err(_) => StatusCode::UNAUTHORIZED.into_response(),
+    }
+}
+
+async fn session_page(
+    State(web): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let caller = match viewer(&web, &headers, &admission) {
+        Ok(caller) => caller,
+        Err(away) => return away.into_response(),
+    };
+    let Ok(session) = web.registry.observe(&caller, &id) else {
+        return not_found_page();
+    };
+    let info = session.info().await;
+    let report = session.journal.report(None, None);
+    html(pages::session(&info, &session.journal.tally(), &report))
+}
+
+async fn timeline_part(
+    State(web): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let Ok(caller) = viewer(&web, &headers, &admission) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    match web.registry.observe(&caller, &id) {
+        Ok(session) => html(pages::timeline(&session.journal.report(None, None))),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+async fn health_page(
+    State(web): Shared,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let caller = match viewer(&web, &headers, &admission) {
+        Ok(caller) => caller,
+        Err(away) => return away.into_response(),
+    };
+    if caller != Caller::Admin {
+        return not_found_page();
+    }
+    let rows = rows(&web, &caller).await;
+    let running = rows.iter().map(|r| r.tally.running).sum();
+    html(pages::health(
+        rows.len(),
+        running,
+        web.registry.encode_metrics().as_deref(),
+    ))
+}

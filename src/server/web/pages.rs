@@ -1,0 +1,219 @@
+//! The pages, rendered on the server with maud, which escapes every value
+//! it is given: a file name, a command's output, a plan's text or a
+//! label chosen by a command or a client is shown as text, never markup.
+//! No script runs but the service's own (`live.js`, under a policy that
+//! allows nothing else).
+
+use std::time::{Duration, SystemTime};
+
+use maud::{DOCTYPE, Markup, html};
+
+use crate::journal::{Outcome, Report, Tally};
+use crate::session::Info;
+
+/// A whole page around `body`; `viewer` adds the navigation.
+pub fn page(title: &str, viewer: bool, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) " · sandboxd" }
+                link rel="stylesheet" href="/assets/style.css";
+                script src="/assets/live.js" defer {}
+            }
+            body {
+                header {
+                    a href="/" { "sandboxd" }
+                    @if viewer {
+                        a href="/" { "Sessions" }
+                        a href="/health" { "Health" }
+                        form method="post" action="/logout" {
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+/// The login form; `error` says why the last try was refused.
+pub fn login(error: Option<&str>) -> Markup {
+    page(
+        "Log in",
+        false,
+        html! {
+            form.login method="post" action="/login" {
+                h1 { "Watch sandboxd" }
+                p.muted {
+                    "Enter the service's token to see every session, or a session's own token to see that session."
+                }
+                @if let Some(error) = error { p.error { (error) } }
+                label for="token" { "Token" }
+                input #token type="password" name="token" autocomplete="off" autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// One session's row facts, gathered without touching it.
+pub struct Row {
+    /// Its snapshot.
+    pub info: Info,
+    /// Its calls counted.
+    pub tally: Tally,
+}
+
+/// What a session is doing, in a word.
+fn status(row: &Row) -> (&'static str, String) {
+    if row.info.sandbox_status.is_some() {
+        ("status-wedged", "wedged".into())
+    } else if row.tally.running > 0 {
+        (
+            "status-running",
+            format!("running {} command(s)", row.tally.running),
+        )
+    } else {
+        ("status-idle", "idle".into())
+    }
+}
+
+/// The sessions page: the table, refreshed in place.
+pub fn sessions(rows: &[Row]) -> Markup {
+    page(
+        "Sessions",
+        true,
+        html! {
+            h1 { "Sessions" }
+            table {
+                thead { tr {
+                    th { "Session" } th { "Workspace" } th { "Environment" } th { "Age" }
+                    th { "Last activity" } th { "Status" } th { "Commands" } th { "Refusals" }
+                } }
+                tbody #sessions data-live="/parts/sessions" { (session_rows(rows)) }
+            }
+        },
+    )
+}
+
+/// The rows of the sessions table.
+pub fn session_rows(rows: &[Row]) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            tr { td colspan="8" .muted { "No session is open." } }
+        }
+        @for row in rows {
+            @let (class, status) = status(row);
+            tr {
+                td.mono { a href={ "/sessions/" (row.info.id) } { (row.info.id) } }
+                td.mono { (row.info.workspace_path.display()) }
+                td { (row.info.environment.as_deref().unwrap_or(&row.info.image)) }
+                td { (ago(row.info.created)) }
+                td { (ago(row.info.last_used)) }
+                td class=(class) { (status) }
+                td { (row.tally.commands) }
+                td { (row.tally.refused) }
+            }
+        }
+    }
+}
+
+/// A session's page: its facts and the timeline of its calls.
+pub fn session(info: &Info, tally: &Tally, report: &Report) -> Markup {
+    let id = &info.id;
+    page(
+        &format!("Session {id}"),
+        true,
+        html! {
+            h1 { "Session " span.mono { (id) } }
+            dl {
+                dt { "Workspace" } dd.mono { (info.workspace_path.display()) }
+                dt { "Image" } dd.mono { (info.image) }
+                @if let Some(env) = &info.environment { dt { "Environment" } dd { (env) } }
+                dt { "Created" } dd { (ago(info.created)) }
+                dt { "Calls" } dd { (tally.calls) }
+                @for note in &info.notes { dt { "Note" } dd { (note) } }
+            }
+            h2 { "Timeline" }
+            table {
+                thead { tr {
+                    th { "#" } th { "Time (UTC)" } th { "Call" } th { "Summary" } th { "Outcome" } th { "Took" }
+                } }
+                tbody data-live={ "/parts/sessions/" (id) "/timeline" } { (timeline(report)) }
+            }
+        },
+    )
+}
+
+/// The rows of a session's timeline, newest first.
+pub fn timeline(report: &Report) -> Markup {
+    html! {
+        @if report.entries.is_empty() {
+            tr { td colspan="6" .muted { "No call yet." } }
+        }
+        @for e in report.entries.iter().rev() {
+            @match &e.outcome {
+                Outcome::Ok { detail } => tr {
+                    td { (e.seq) } td { (clock(e.at_ms)) } td { (e.tool) }
+                    td.mono { (e.summary) } td.mono { (detail) } td { (e.duration_ms) " ms" }
+                },
+                Outcome::Refused { reason, message } => tr.refused {
+                    td { (e.seq) } td { (clock(e.at_ms)) } td { (e.tool) }
+                    td.mono { (e.summary) }
+                    td { span.reason { (reason) } " " span.mono { (message) } }
+                    td { (e.duration_ms) " ms" }
+                },
+            }
+        }
+        @if report.dropped > 0 {
+            tr { td colspan="6" .muted { (report.dropped) " older calls are no longer kept in memory." } }
+        }
+    }
+}
+
+/// The health page: what the service counts.
+pub fn health(sessions: usize, running: u64, metrics: Option<&str>) -> Markup {
+    page(
+        "Health",
+        true,
+        html! {
+            h1 { "Health" }
+            dl {
+                dt { "Sessions open" } dd { (sessions) }
+                dt { "Commands running" } dd { (running) }
+            }
+            h2 { "Counters" }
+            @match metrics {
+                Some(text) => pre.mono { (text) },
+                None => p.muted { "The service keeps no counters (start it with --metrics-listen)." },
+            }
+        },
+    )
+}
+
+/// "3 min ago", from a wall time.
+fn ago(at: SystemTime) -> String {
+    let secs = SystemTime::now()
+        .duration_since(at)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    match secs {
+        0..60 => format!("{secs} s ago"),
+        60..3600 => format!("{} min ago", secs / 60),
+        _ => format!("{} h {} min ago", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// "HH:MM:SS" (UTC) of a wall time in ms since the Unix epoch.
+fn clock(at_ms: u64) -> String {
+    let secs = at_ms / 1000 % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}

@@ -1,0 +1,131 @@
+//! Who sees what: no route answers a stranger with anything of a
+//! session; the operator's token sees every session and the health page;
+//! a session's token sees its own session alone; the approver's token and
+//! made-up tokens are refused at the login; a logged-out cookie is dead.
+
+use super::{ADMIN, APPROVER, Served};
+
+/// Every route of the view, with `{a}` for a session id.
+const ROUTES: [&str; 5] = [
+    "/",
+    "/health",
+    "/sessions/{a}",
+    "/parts/sessions",
+    "/parts/sessions/{a}/timeline",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_route_shows_anything_without_a_token_and_each_token_sees_its_own() {
+    let served = Served::start(false).await;
+    let (a, a_token) = served.session();
+    let (b, _) = served.session();
+    let route = |r: &str, id: &str| r.replace("{a}", id);
+
+    // A stranger: sent to the login form, or refused, and told nothing.
+    for r in ROUTES {
+        let reply = served.get(&route(r, &a), None);
+        assert!(
+            matches!(reply.status, 303 | 401),
+            "{r} answered a stranger: {reply:?}"
+        );
+        assert!(
+            !reply.body.contains(&a) && !reply.body.contains(&b),
+            "{r}: {reply:?}"
+        );
+        if reply.status == 303 {
+            assert_eq!(reply.header("location"), Some("/login"), "{r}");
+        }
+    }
+    let form = served.get("/login", None);
+    assert_eq!(form.status, 200);
+    assert!(form.body.contains("type=\"password\""), "{}", form.body);
+
+    // Tokens that are not a viewer's.
+    for (token, says) in [
+        ("made-up", "not one of this service"),
+        (APPROVER, "approver"),
+    ] {
+        let reply = served.post("/login", &format!("token={token}"), None);
+        assert_eq!(reply.status, 401, "{reply:?}");
+        assert!(reply.header("set-cookie").is_none(), "{reply:?}");
+        assert!(reply.body.contains(says), "{}", reply.body);
+    }
+    // A made-up cookie is a stranger's.
+    let forged = served.get("/", Some("sandboxd_view=00ff00ff"));
+    assert_eq!(forged.status, 303);
+
+    // The operator sees both sessions, everywhere.
+    let admin = served.login(ADMIN);
+    for r in ROUTES {
+        let reply = served.get(&route(r, &a), Some(&admin));
+        assert_eq!(reply.status, 200, "{r}: {reply:?}");
+    }
+    let list = served.get("/", Some(&admin)).body;
+    assert!(list.contains(&a) && list.contains(&b), "{list}");
+    assert_eq!(
+        served.get(&format!("/sessions/{b}"), Some(&admin)).status,
+        200
+    );
+
+    // A session's token sees that session alone.
+    let own = served.login(&a_token);
+    let list = served.get("/", Some(&own)).body;
+    assert!(list.contains(&a) && !list.contains(&b), "{list}");
+    let part = served.get("/parts/sessions", Some(&own)).body;
+    assert!(part.contains(&a) && !part.contains(&b), "{part}");
+    assert_eq!(
+        served.get(&format!("/sessions/{a}"), Some(&own)).status,
+        200
+    );
+    for r in ["/sessions/{a}", "/parts/sessions/{a}/timeline", "/health"] {
+        let reply = served.get(&route(r, &b), Some(&own));
+        assert_eq!(reply.status, 404, "{r}: {reply:?}");
+        assert!(!reply.body.contains(&b), "{r}: {}", reply.body);
+    }
+
+    // Logged out, the cookie no longer works.
+    let out = served.post("/logout", "", Some(&own));
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    assert_eq!(served.get("/", Some(&own)).status, 303);
+    // The operator's view is another cookie, still valid.
+    assert_eq!(served.get("/", Some(&admin)).status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_forbids_foreign_scripts_framing_and_caching() {
+    let served = Served::start(false).await;
+    let admin = served.login(ADMIN);
+    for path in ["/login", "/", "/health", "/assets/live.js", "/nothing"] {
+        let reply = served.get(path, Some(&admin));
+        let csp = reply.header("content-security-policy").unwrap_or_default();
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{path}: {csp}"
+        );
+        assert_eq!(reply.header("x-frame-options"), Some("DENY"), "{path}");
+        assert_eq!(reply.header("cache-control"), Some("no-store"), "{path}");
+    }
+}
+
+/// A web view that anyone on the network could reach, of a service with
+/// no token its viewers could log in with, is refused at start.
+#[test]
+fn a_tokenless_service_serves_its_view_on_loopback_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::common::SANDBOXD)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-token"])
+        .args(["--web-listen", "0.0.0.0:0", "--pool-size", "0"])
+        .args(["--docker-host", crate::common::NO_DOCKER])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env_remove("SANDBOXD_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--web-listen") && err.contains("loopback"),
+        "{err}"
+    );
+}
