@@ -60,6 +60,7 @@ impl Session {
             }
         };
         self.journal.command_started(seq, &command, &cwd);
+        self.watch.started(seq, &command);
         let (tx, rx) = mpsc::channel(64);
         let session = Arc::clone(self);
         // What the sandbox logs while the command runs names the session.
@@ -67,7 +68,31 @@ impl Session {
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let container = running.container().to_string();
-                let report = running.drive(tx).await;
+                // Every event reaches the caller through the session's
+                // watch, in the same task: viewers see the output as it
+                // comes, and a caller that leaves still cancels the command.
+                let (inner, mut events) = mpsc::channel(64);
+                let watch = &session.watch;
+                let forward = async move {
+                    loop {
+                        let event = tokio::select! {
+                            biased;
+                            event = events.recv() => event,
+                            () = tx.closed() => None,
+                        };
+                        let Some(event) = event else { break };
+                        match &event {
+                            Event::Stdout(text) => watch.output(seq, false, text),
+                            Event::Stderr(text) => watch.output(seq, true, text),
+                            _ => {}
+                        }
+                        if tx.send(event).await.is_err() {
+                            break;
+                        }
+                    }
+                };
+                let (report, ()) = tokio::join!(running.drive(inner), forward);
+                session.watch.ended(seq, &report);
                 if let Some(m) = &session.config.metrics {
                     m.command(if report.cancelled {
                         "cancelled"

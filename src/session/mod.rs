@@ -53,6 +53,7 @@ mod registry;
 mod reports;
 mod slots;
 mod tools;
+pub mod watch;
 
 pub use approvals::{ApprovedPlan, Asked, Decision, Gated, Pending, Rejection};
 pub use archives::{Chunks, DownloadEvent, Upload};

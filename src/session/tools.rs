@@ -52,6 +52,8 @@ pub struct Session {
     pub(super) notes: Vec<String>,
     /// Commands running now: a session with one is never idle.
     pub(super) running: AtomicUsize,
+    /// Its commands as viewers see them.
+    pub watch: super::watch::Watch,
     pub(super) ttl: Duration,
     /// Timeout of its commands that give none.
     pub(super) default_timeout: Duration,

@@ -12,6 +12,8 @@
 //! service's own.
 
 mod auth;
+mod command_page;
+mod commands;
 mod pages;
 
 use std::sync::Arc;
@@ -38,6 +40,7 @@ const PER_SESSION: usize = 8;
 struct Web {
     registry: Arc<Registry>,
     viewers: Viewers,
+    lives: commands::Lives,
 }
 
 type Shared = State<Arc<Web>>;
@@ -50,6 +53,7 @@ pub async fn serve_web(listener: TcpListener, registry: Arc<Registry>, access: &
     let web = Arc::new(Web {
         viewers: Viewers::new(BearerAuth::new(access, Arc::clone(&registry)), open),
         registry,
+        lives: commands::Lives::default(),
     });
     let router = router(web);
     let gate = Gate::new(ConnectionLimits {
@@ -78,6 +82,8 @@ fn router(web: Arc<Web>) -> Router {
         .route("/logout", post(logout))
         .route("/health", get(health_page))
         .route("/sessions/{id}", get(session_page))
+        .route("/sessions/{id}/commands/{seq}", get(commands::command))
+        .route("/sessions/{id}/commands/{seq}/live", get(commands::live))
         .route("/parts/sessions", get(sessions_part))
         .route("/parts/sessions/{id}/timeline", get(timeline_part))
         .route("/assets/style.css", get(style))
@@ -259,7 +265,16 @@ async fn session_page(
     };
     let info = session.info().await;
     let report = session.journal.report(None, None);
-    html(pages::session(&info, &session.journal.tally(), &report))
+    let watched = pages::Watched {
+        running: session.watch.running(),
+        kept: session.watch.kept(),
+    };
+    html(pages::session(
+        &info,
+        &session.journal.tally(),
+        &report,
+        &watched,
+    ))
 }
 
 async fn timeline_part(
@@ -272,7 +287,11 @@ async fn timeline_part(
         return StatusCode::UNAUTHORIZED.into_response();
     };
     match web.registry.observe(&caller, &id) {
-        Ok(session) => html(pages::timeline(&session.journal.report(None, None))),
+        Ok(session) => html(pages::timeline(
+            &id,
+            &session.journal.report(None, None),
+            &session.watch.kept(),
+        )),
         Err(_) => StatusCode::NOT_FOUND.into_response(),
     }
 }

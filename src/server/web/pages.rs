@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use maud::{DOCTYPE, Markup, html};
 
+use super::commands::visible;
 use crate::journal::{Outcome, Report, Tally};
 use crate::session::Info;
 
@@ -121,8 +122,17 @@ pub fn session_rows(rows: &[Row]) -> Markup {
     }
 }
 
-/// A session's page: its facts and the timeline of its calls.
-pub fn session(info: &Info, tally: &Tally, report: &Report) -> Markup {
+/// What a session page links to of the session's commands.
+pub struct Watched {
+    /// Running now: (sequence number, command line).
+    pub running: Vec<(u64, String)>,
+    /// Those whose output can be opened.
+    pub kept: Vec<u64>,
+}
+
+/// A session's page: its facts, its running commands and the timeline of
+/// its calls.
+pub fn session(info: &Info, tally: &Tally, report: &Report, watched: &Watched) -> Markup {
     let id = &info.id;
     page(
         &format!("Session {id}"),
@@ -137,19 +147,28 @@ pub fn session(info: &Info, tally: &Tally, report: &Report) -> Markup {
                 dt { "Calls" } dd { (tally.calls) }
                 @for note in &info.notes { dt { "Note" } dd { (note) } }
             }
+            @if !watched.running.is_empty() {
+                h2 { "Running" }
+                ul {
+                    @for (seq, command) in &watched.running {
+                        li { a.mono href={ "/sessions/" (id) "/commands/" (seq) } { (visible(command)) } }
+                    }
+                }
+            }
             h2 { "Timeline" }
             table {
                 thead { tr {
                     th { "#" } th { "Time (UTC)" } th { "Call" } th { "Summary" } th { "Outcome" } th { "Took" }
                 } }
-                tbody data-live={ "/parts/sessions/" (id) "/timeline" } { (timeline(report)) }
+                tbody data-live={ "/parts/sessions/" (id) "/timeline" } { (timeline(id, report, &watched.kept)) }
             }
         },
     )
 }
 
-/// The rows of a session's timeline, newest first.
-pub fn timeline(report: &Report) -> Markup {
+/// The rows of a session's timeline, newest first; a command whose output
+/// is kept (`kept`) links to it.
+pub fn timeline(id: &str, report: &Report, kept: &[u64]) -> Markup {
     html! {
         @if report.entries.is_empty() {
             tr { td colspan="6" .muted { "No call yet." } }
@@ -158,12 +177,19 @@ pub fn timeline(report: &Report) -> Markup {
             @match &e.outcome {
                 Outcome::Ok { detail } => tr {
                     td { (e.seq) } td { (clock(e.at_ms)) } td { (e.tool) }
-                    td.mono { (e.summary) } td.mono { (detail) } td { (e.duration_ms) " ms" }
+                    td.mono {
+                        @if e.tool == "RunCommand" && kept.contains(&e.seq) {
+                            a href={ "/sessions/" (id) "/commands/" (e.seq) } { (visible(&e.summary)) }
+                        } @else {
+                            (visible(&e.summary))
+                        }
+                    }
+                    td.mono { (visible(detail)) } td { (e.duration_ms) " ms" }
                 },
                 Outcome::Refused { reason, message } => tr.refused {
                     td { (e.seq) } td { (clock(e.at_ms)) } td { (e.tool) }
-                    td.mono { (e.summary) }
-                    td { span.reason { (reason) } " " span.mono { (message) } }
+                    td.mono { (visible(&e.summary)) }
+                    td { span.reason { (reason) } " " span.mono { (visible(message)) } }
                     td { (e.duration_ms) " ms" }
                 },
             }

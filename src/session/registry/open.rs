@@ -208,6 +208,7 @@ impl Registry {
             notes,
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
+            watch: Default::default(),
             ttl,
             default_timeout,
             environment: req.environment,

@@ -4,6 +4,7 @@
 //! changes nothing. Each test starts its own `sandboxd serve`.
 
 mod access;
+mod live;
 mod pages;
 
 use std::io::{Read, Write};

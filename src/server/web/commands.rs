@@ -1,0 +1,200 @@
+//! A command on the web view: its output so far (or as it ended), and its
+//! output as it comes, over server-sent events. Live streams are bounded:
+//! [`LIVE_MAX`] in all, [`LIVE_PER_VIEWER`] per token; one past the bound
+//! is refused (503), so any number of open pages costs a bounded amount.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{Shared, command_page, html, not_found_page, viewer};
+use crate::server::listener::Admission;
+use crate::session::Caller;
+use crate::session::watch::Piece;
+
+/// Live streams open at once, in all.
+pub const LIVE_MAX: usize = 64;
+/// Live streams one token keeps open at once.
+pub const LIVE_PER_VIEWER: usize = 4;
+
+/// The live streams open, by viewer.
+#[derive(Default)]
+pub struct Lives {
+    open: Mutex<HashMap<String, usize>>,
+}
+
+/// One open live stream; gives its place back when dropped.
+pub struct Live {
+    lives: Arc<super::Web>,
+    key: String,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let mut open = self
+            .lives
+            .lives
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A place for a live stream of `caller`, if one is free.
+fn admit(web: &Arc<super::Web>, caller: &Caller) -> Option<Live> {
+    let key = match caller {
+        Caller::Session(id) => format!("session {id}"),
+        Caller::Admin | Caller::Approver => "operator".to_string(),
+    };
+    let mut open = web.lives.open.lock().unwrap_or_else(|e| e.into_inner());
+    let total: usize = open.values().sum();
+    let mine = open.get(&key).copied().unwrap_or(0);
+    if total >= LIVE_MAX || mine >= LIVE_PER_VIEWER {
+        return None;
+    }
+    *open.entry(key.clone()).or_default() += 1;
+    Some(Live {
+        lives: Arc::clone(web),
+        key,
+    })
+}
+
+/// Control characters a command printed, made visible (ESC shows as ␛):
+/// the page shows what was printed, and no terminal sequence acts.
+pub fn visible(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('?'),
+            '\u{7f}' => '\u{2421}',
+            c => c,
+        })
+        .collect()
+}
+
+pub(super) async fn command(
+    State(web): Shared,
+    Path((id, seq)): Path<(String, u64)>,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let caller = match viewer(&web, &headers, &admission) {
+        Ok(caller) => caller,
+        Err(away) => return away.into_response(),
+    };
+    let Ok(session) = web.registry.observe(&caller, &id) else {
+        return not_found_page();
+    };
+    match session.watch.command(seq) {
+        Some(watched) => html(command_page::command(&id, &watched)),
+        None => not_found_page(),
+    }
+}
+
+pub(super) async fn live(
+    State(web): Shared,
+    Path((id, seq)): Path<(String, u64)>,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let Ok(caller) = viewer(&web, &headers, &admission) else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let Ok(session) = web.registry.observe(&caller, &id) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    // Subscribed before the snapshot is taken: nothing falls between.
+    let pieces = session.watch.subscribe();
+    let Some(now) = session.watch.command(seq) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let Some(place) = admit(&web, &caller) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many live views are open; close some\n",
+        )
+            .into_response();
+    };
+    Sse::new(stream(seq, now.ended, pieces, place))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// The pieces of command `seq` from now on, until it ends (at once, when
+/// it has ended already).
+fn stream(
+    seq: u64,
+    ended: Option<String>,
+    mut pieces: tokio::sync::broadcast::Receiver<Piece>,
+    place: Live,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    async_stream(move |tx| async move {
+        let _place = place;
+        if let Some(summary) = ended {
+            let _ = tx.send(Event::default().event("end").data(summary)).await;
+            return;
+        }
+        loop {
+            let piece = tokio::select! {
+                piece = pieces.recv() => piece,
+                // The viewer left while nothing was printed.
+                () = tx.closed() => return,
+            };
+            match piece {
+                Ok(Piece::Output {
+                    seq: s,
+                    stderr,
+                    text,
+                }) if s == seq => {
+                    let name = if stderr { "err" } else { "out" };
+                    let event = Event::default().event(name).data(visible(&text));
+                    if tx.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Piece::Ended { seq: s, summary }) if s == seq => {
+                    let _ = tx.send(Event::default().event("end").data(summary)).await;
+                    return;
+                }
+                Ok(_) => {}
+                Err(RecvError::Lagged(n)) => {
+                    let note =
+                        format!("[{n} pieces of output were skipped: this view fell behind]");
+                    if tx
+                        .send(Event::default().event("gap").data(note))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    })
+}
+
+/// A stream fed by `body` through a small channel.
+fn async_stream<F, Fut>(body: F) -> impl Stream<Item = Result<Event, Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(body(tx));
+    futures_util::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+}
