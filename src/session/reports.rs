@@ -79,6 +79,43 @@ impl Session {
         })
     }
 
+    /// The report a viewer sees: against the approved plan, if any, else
+    /// the journal alone. Not journaled: looking changes nothing.
+    pub async fn observed_report(&self) -> Reconciled {
+        let approved = self.approved_plan();
+        let mut report = match &approved {
+            Some(a) => self
+                .journal
+                .report(Some(&a.granted), Some(&a.plan.verification)),
+            None => self.journal.report(None, None),
+        };
+        report.checkpoints = self.history.list().await;
+        let changed_unplanned = match &approved {
+            Some(a) => Some(self.changed_outside(&a.granted).await),
+            None => None,
+        };
+        Reconciled {
+            report,
+            plan: approved,
+            changed_unplanned,
+        }
+    }
+
+    /// The changes since the session began, as a viewer sees them (at most
+    /// `max_patch_bytes` of patch). Not journaled.
+    pub async fn observed_changes(
+        &self,
+        max_patch_bytes: usize,
+    ) -> Result<crate::workspace::history::ChangesOutput, failure::Error> {
+        let bounds = Bounds {
+            max_changes: self.config.history.max_changes,
+            max_patch_bytes,
+            max_file_bytes: self.config.limits.max_file_bytes,
+            diff_time: Duration::from_secs(2),
+        };
+        self.history.changes("", bounds).await.map_err(Into::into)
+    }
+
     /// Paths changed since the session began that `planned` does not name.
     async fn changed_outside(&self, planned: &[String]) -> Result<Vec<String>, String> {
         let planned: BTreeSet<&str> = planned.iter().map(String::as_str).collect();

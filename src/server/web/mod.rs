@@ -15,6 +15,7 @@ mod auth;
 mod command_page;
 mod commands;
 mod pages;
+mod tabs;
 
 use std::sync::Arc;
 
@@ -82,6 +83,8 @@ fn router(web: Arc<Web>) -> Router {
         .route("/logout", post(logout))
         .route("/health", get(health_page))
         .route("/sessions/{id}", get(session_page))
+        .route("/sessions/{id}/changes", get(tabs::changes))
+        .route("/sessions/{id}/plan", get(tabs::plan))
         .route("/sessions/{id}/commands/{seq}", get(commands::command))
         .route("/sessions/{id}/commands/{seq}/live", get(commands::live))
         .route("/parts/sessions", get(sessions_part))

@@ -139,6 +139,7 @@ pub fn session(info: &Info, tally: &Tally, report: &Report, watched: &Watched) -
         true,
         html! {
             h1 { "Session " span.mono { (id) } }
+            (super::tabs::nav(id, "Timeline"))
             dl {
                 dt { "Workspace" } dd.mono { (info.workspace_path.display()) }
                 dt { "Image" } dd.mono { (info.image) }
@@ -234,7 +235,7 @@ fn ago(at: SystemTime) -> String {
 }
 
 /// "HH:MM:SS" (UTC) of a wall time in ms since the Unix epoch.
-fn clock(at_ms: u64) -> String {
+pub fn clock(at_ms: u64) -> String {
     let secs = at_ms / 1000 % 86_400;
     format!(
         "{:02}:{:02}:{:02}",

@@ -6,10 +6,12 @@
 use super::{ADMIN, APPROVER, Served};
 
 /// Every route of the view, with `{a}` for a session id.
-const ROUTES: [&str; 5] = [
+const ROUTES: [&str; 7] = [
     "/",
     "/health",
     "/sessions/{a}",
+    "/sessions/{a}/changes",
+    "/sessions/{a}/plan",
     "/parts/sessions",
     "/parts/sessions/{a}/timeline",
 ];

@@ -6,6 +6,7 @@
 mod access;
 mod live;
 mod pages;
+mod tabs;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -68,6 +68,8 @@ async fn looking_at_a_session_changes_nothing() {
             format!("/sessions/{id}"),
             "/parts/sessions".into(),
             format!("/parts/sessions/{id}/timeline"),
+            format!("/sessions/{id}/changes"),
+            format!("/sessions/{id}/plan"),
             "/health".into(),
         ] {
             assert_eq!(served.get(&path, Some(&admin)).status, 200, "{path}");
