@@ -82,6 +82,7 @@ fn router(web: Arc<Web>) -> Router {
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/health", get(health_page))
+        .route("/environments", get(environments_page))
         .route("/sessions/{id}", get(session_page))
         .route("/sessions/{id}/changes", get(tabs::changes))
         .route("/sessions/{id}/plan", get(tabs::plan))
@@ -312,10 +313,32 @@ async fn health_page(
         return not_found_page();
     }
     let rows = rows(&web, &caller).await;
-    let running = rows.iter().map(|r| r.tally.running).sum();
-    html(pages::health(
-        rows.len(),
-        running,
-        web.registry.encode_metrics().as_deref(),
-    ))
+    let metrics = web.registry.encode_metrics();
+    html(pages::health(&pages::Health {
+        engine: web.registry.engine_reachable().await,
+        sessions: rows.len(),
+        running: rows.iter().map(|r| r.tally.running).sum(),
+        pool: (web.registry.pool_ready(), web.registry.pool_size()),
+        metrics: metrics.as_deref(),
+    }))
+}
+
+async fn environments_page(
+    State(web): Shared,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    let caller = match viewer(&web, &headers, &admission) {
+        Ok(caller) => caller,
+        Err(away) => return away.into_response(),
+    };
+    if caller != Caller::Admin {
+        return not_found_page();
+    }
+    let list = web
+        .registry
+        .list_environments()
+        .await
+        .map_err(|e| crate::session::failure::describe(&e).message);
+    html(pages::environments(&list))
 }

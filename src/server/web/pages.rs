@@ -28,6 +28,7 @@ pub fn page(title: &str, viewer: bool, body: Markup) -> Markup {
                     a href="/" { "sandboxd" }
                     @if viewer {
                         a href="/" { "Sessions" }
+                        a href="/environments" { "Environments" }
                         a href="/health" { "Health" }
                         form method="post" action="/logout" {
                             button type="submit" { "Log out" }
@@ -201,21 +202,76 @@ pub fn timeline(id: &str, report: &Report, kept: &[u64]) -> Markup {
     }
 }
 
-/// The health page: what the service counts.
-pub fn health(sessions: usize, running: u64, metrics: Option<&str>) -> Markup {
+/// What the health page shows.
+pub struct Health<'a> {
+    /// Whether the engine answers, or why not.
+    pub engine: Result<(), String>,
+    /// Sessions open.
+    pub sessions: usize,
+    /// Commands running in them.
+    pub running: u64,
+    /// Warm containers ready, and how many the pool keeps.
+    pub pool: (usize, usize),
+    /// The service's counters, in Prometheus's text format.
+    pub metrics: Option<&'a str>,
+}
+
+/// The health page: whether the engine answers, and what the service
+/// counts.
+pub fn health(h: &Health) -> Markup {
+    let metrics = h.metrics;
     page(
         "Health",
         true,
         html! {
             h1 { "Health" }
             dl {
-                dt { "Sessions open" } dd { (sessions) }
-                dt { "Commands running" } dd { (running) }
+                dt { "Container engine" }
+                dd {
+                    @match &h.engine {
+                        Ok(()) => span.status-idle { "answers" },
+                        Err(why) => span.reason { "does not answer: " (why) },
+                    }
+                }
+                dt { "Sessions open" } dd { (h.sessions) }
+                dt { "Commands running" } dd { (h.running) }
+                dt { "Warm pool" } dd { (h.pool.0) " ready of " (h.pool.1) }
             }
             h2 { "Counters" }
             @match metrics {
                 Some(text) => pre.mono { (text) },
                 None => p.muted { "The service keeps no counters (start it with --metrics-listen)." },
+            }
+        },
+    )
+}
+
+/// The environments page: each environment, its image and the sessions
+/// running it.
+pub fn environments(list: &Result<Vec<crate::session::EnvironmentInfo>, String>) -> Markup {
+    page(
+        "Environments",
+        true,
+        html! {
+            h1 { "Environments" }
+            @match list {
+                Err(why) => p.error { "The environments cannot be listed now: " (why) },
+                Ok(list) if list.is_empty() => p.muted { "No environment was built (sandboxd env build)." },
+                Ok(list) => table {
+                    thead { tr { th { "Name" } th { "Image" } th { "Base" } th { "Built" } th { "Size" } th { "Sessions" } } }
+                    tbody {
+                        @for e in list {
+                            tr {
+                                td { (e.environment.name) }
+                                td.mono { (e.environment.image) }
+                                td.mono { (e.environment.base) }
+                                td { (ago(std::time::UNIX_EPOCH + Duration::from_secs(e.environment.created))) }
+                                td { (e.environment.size / (1 << 20)) " MiB" }
+                                td { (e.sessions.len()) }
+                            }
+                        }
+                    }
+                },
             }
         },
     )

@@ -67,6 +67,22 @@ impl Registry {
         self.pool.ready()
     }
 
+    /// Warm containers the default pool keeps, when full.
+    pub fn pool_size(&self) -> usize {
+        self.config.sandbox.pool_size
+    }
+
+    /// Whether the container engine answers now (within two seconds);
+    /// `Err` says why not.
+    pub async fn engine_reachable(&self) -> Result<(), String> {
+        let probe = self.runtime.image_info(&self.config.sandbox.default_image);
+        match tokio::time::timeout(std::time::Duration::from_secs(2), probe).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("it did not answer within 2 s".into()),
+        }
+    }
+
     /// Warm containers of environment `name` ready now.
     pub fn environment_pool_ready(&self, name: &str) -> usize {
         self.environment_pools.get(name).map_or(0, |p| p.ready())

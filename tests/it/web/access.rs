@@ -6,9 +6,10 @@
 use super::{ADMIN, APPROVER, Served};
 
 /// Every route of the view, with `{a}` for a session id.
-const ROUTES: [&str; 7] = [
+const ROUTES: [&str; 8] = [
     "/",
     "/health",
+    "/environments",
     "/sessions/{a}",
     "/sessions/{a}/changes",
     "/sessions/{a}/plan",
@@ -64,6 +65,10 @@ async fn no_route_shows_anything_without_a_token_and_each_token_sees_its_own() {
     }
     let list = served.get("/", Some(&admin)).body;
     assert!(list.contains(&a) && list.contains(&b), "{list}");
+    // Without an engine, the health page says so.
+    let health = served.get("/health", Some(&admin)).body;
+    assert!(health.contains("does not answer"), "{health}");
+    assert!(health.contains("Sessions open</dt><dd>2<"), "{health}");
     assert_eq!(
         served.get(&format!("/sessions/{b}"), Some(&admin)).status,
         200
@@ -79,7 +84,14 @@ async fn no_route_shows_anything_without_a_token_and_each_token_sees_its_own() {
         served.get(&format!("/sessions/{a}"), Some(&own)).status,
         200
     );
-    for r in ["/sessions/{a}", "/parts/sessions/{a}/timeline", "/health"] {
+    for r in [
+        "/sessions/{a}",
+        "/sessions/{a}/changes",
+        "/sessions/{a}/plan",
+        "/parts/sessions/{a}/timeline",
+        "/health",
+        "/environments",
+    ] {
         let reply = served.get(&route(r, &b), Some(&own));
         assert_eq!(reply.status, 404, "{r}: {reply:?}");
         assert!(!reply.body.contains(&b), "{r}: {}", reply.body);

@@ -49,6 +49,13 @@ async fn the_timeline_shows_calls_as_text_and_refusals_with_their_reason() {
     assert!(part.body.contains("FILE_NOT_FOUND"), "{}", part.body);
     let list = served.get("/", Some(&admin)).body;
     assert!(list.contains("status-idle"), "{list}");
+    let health = served.get("/health", Some(&admin)).body;
+    assert!(
+        health.contains("Container engine</dt><dd><span class=\"status-idle\">answers"),
+        "{health}"
+    );
+    let environments = served.get("/environments", Some(&admin));
+    assert_eq!(environments.status, 200);
 }
 
 /// Watching a session is not using it: its last activity stays where its
