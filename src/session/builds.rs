@@ -21,6 +21,8 @@ pub(super) struct Builds {
     environments: Arc<Environments>,
     journal: Arc<Journal>,
     config: Arc<Config>,
+    /// The builds as viewers see them.
+    pub(super) watch: Arc<super::build_watch::BuildWatch>,
 }
 
 /// What a build call sends: progress, then `Done` or the error.
@@ -42,6 +44,7 @@ impl Builds {
             environments: Arc::new(Environments::new(runtime, config.builds.clone())),
             journal,
             config,
+            watch: Arc::default(),
         })
     }
 
@@ -68,6 +71,7 @@ impl Builds {
     ) -> Result<BuildEvents, failure::Error> {
         let started = Instant::now();
         let summary = format!("environment {}", req.name);
+        let req_name = req.name.clone();
         let begun = async {
             self.check_allowed(may_build)?;
             let request = BuildRequest {
@@ -89,7 +93,10 @@ impl Builds {
         let (tx, rx) = mpsc::channel(64);
         let journal = Arc::clone(&self.journal);
         let metrics = self.config.metrics.clone();
-        tokio::spawn(relay(events, tx, journal, summary, started, metrics));
+        let watched = (Arc::clone(&self.watch), self.watch.begun(&req_name));
+        tokio::spawn(relay(
+            events, tx, journal, summary, started, metrics, watched,
+        ));
         Ok(rx)
     }
 
@@ -147,8 +154,22 @@ async fn relay(
     summary: String,
     started: Instant,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    (watch, id): (Arc<super::build_watch::BuildWatch>, u64),
 ) {
     const TOOL: &str = "BuildEnvironment";
+    // However the relay ends, the build leaves the viewers' list of
+    // running builds.
+    struct Ended(Arc<super::build_watch::BuildWatch>, u64, Option<String>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            let how = self
+                .2
+                .take()
+                .unwrap_or_else(|| "abandoned by its caller".into());
+            self.0.ended(self.1, how);
+        }
+    }
+    let mut ended = Ended(Arc::clone(&watch), id, None);
     loop {
         let event = tokio::select! {
             e = events.recv() => e,
@@ -160,6 +181,22 @@ async fn relay(
         let Some(event) = event else {
             return;
         };
+        match &event {
+            Ok(Progress::Done(b)) => {
+                ended.2 = Some(if b.cached {
+                    "cached".into()
+                } else {
+                    format!("built {}", b.environment.image)
+                });
+            }
+            Ok(progress) => watch.progress(id, progress),
+            Err(e) => {
+                ended.2 = Some(format!(
+                    "failed: {}",
+                    describe(&failure::Error::from(e.clone())).reason
+                ))
+            }
+        }
         let event = event.map_err(failure::Error::from);
         if let Some(m) = &metrics {
             match &event {

@@ -36,6 +36,7 @@
 
 mod approvals;
 mod archives;
+pub mod build_watch;
 mod builds;
 mod checkpoints;
 mod command;

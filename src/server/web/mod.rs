@@ -83,6 +83,7 @@ fn router(web: Arc<Web>) -> Router {
         .route("/logout", post(logout))
         .route("/health", get(health_page))
         .route("/environments", get(environments_page))
+        .route("/parts/builds", get(builds_part))
         .route("/sessions/{id}", get(session_page))
         .route("/sessions/{id}/changes", get(tabs::changes))
         .route("/sessions/{id}/plan", get(tabs::plan))
@@ -340,5 +341,17 @@ async fn environments_page(
         .list_environments()
         .await
         .map_err(|e| crate::session::failure::describe(&e).message);
-    html(pages::environments(&list))
+    html(pages::environments(&list, &web.registry.builds_shown()))
+}
+
+async fn builds_part(
+    State(web): Shared,
+    headers: HeaderMap,
+    axum::Extension(admission): axum::Extension<Admission>,
+) -> Response {
+    match viewer(&web, &headers, &admission) {
+        Ok(Caller::Admin) => html(pages::build_list(&web.registry.builds_shown())),
+        Ok(_) => StatusCode::NOT_FOUND.into_response(),
+        Err(_) => StatusCode::UNAUTHORIZED.into_response(),
+    }
 }

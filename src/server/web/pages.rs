@@ -11,6 +11,7 @@ use maud::{DOCTYPE, Markup, html};
 use super::commands::visible;
 use crate::journal::{Outcome, Report, Tally};
 use crate::session::Info;
+use crate::session::build_watch::WatchedBuild;
 
 /// A whole page around `body`; `viewer` adds the navigation.
 pub fn page(title: &str, viewer: bool, body: Markup) -> Markup {
@@ -248,12 +249,18 @@ pub fn health(h: &Health) -> Markup {
 
 /// The environments page: each environment, its image and the sessions
 /// running it.
-pub fn environments(list: &Result<Vec<crate::session::EnvironmentInfo>, String>) -> Markup {
+pub fn environments(
+    list: &Result<Vec<crate::session::EnvironmentInfo>, String>,
+    builds: &[WatchedBuild],
+) -> Markup {
     page(
         "Environments",
         true,
         html! {
             h1 { "Environments" }
+            h2 { "Builds" }
+            div data-live="/parts/builds" { (build_list(builds)) }
+            h2 { "Built" }
             @match list {
                 Err(why) => p.error { "The environments cannot be listed now: " (why) },
                 Ok(list) if list.is_empty() => p.muted { "No environment was built (sandboxd env build)." },
@@ -275,6 +282,31 @@ pub fn environments(list: &Result<Vec<crate::session::EnvironmentInfo>, String>)
             }
         },
     )
+}
+
+/// The builds running now, each with its step and last lines, then
+/// those that ended last.
+pub fn build_list(builds: &[WatchedBuild]) -> Markup {
+    html! {
+        @if builds.is_empty() { p.muted { "No build since the service started." } }
+        @for b in builds {
+            div.build {
+                p {
+                    strong { (visible(&b.name)) } " · began " (ago(b.started)) " · "
+                    @match &b.ended {
+                        Some(how) => { (visible(how)) },
+                        None => span.status-running { "building" },
+                    }
+                    @if let Some((n, total, instruction)) = &b.step {
+                        " · step " (n) "/" (total) ": " span.mono { (visible(instruction)) }
+                    }
+                }
+                @if !b.lines.is_empty() {
+                    pre.mono.output { @for line in &b.lines { (visible(line)) "\n" } }
+                }
+            }
+        }
+    }
 }
 
 /// "3 min ago", from a wall time.

@@ -67,6 +67,11 @@ impl Registry {
         self.pool.ready()
     }
 
+    /// The environment builds as viewers see them: running, then ended.
+    pub fn builds_shown(&self) -> Vec<super::super::build_watch::WatchedBuild> {
+        self.builds.watch.shown()
+    }
+
     /// Warm containers the default pool keeps, when full.
     pub fn pool_size(&self) -> usize {
         self.config.sandbox.pool_size

@@ -6,8 +6,9 @@
 use super::{ADMIN, APPROVER, Served};
 
 /// Every route of the view, with `{a}` for a session id.
-const ROUTES: [&str; 8] = [
+const ROUTES: [&str; 9] = [
     "/",
+    "/parts/builds",
     "/health",
     "/environments",
     "/sessions/{a}",
@@ -91,6 +92,7 @@ async fn no_route_shows_anything_without_a_token_and_each_token_sees_its_own() {
         "/parts/sessions/{a}/timeline",
         "/health",
         "/environments",
+        "/parts/builds",
     ] {
         let reply = served.get(&route(r, &b), Some(&own));
         assert_eq!(reply.status, 404, "{r}: {reply:?}");

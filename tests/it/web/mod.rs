@@ -69,7 +69,10 @@ impl Served {
             .env_remove("SANDBOXD_TOKEN")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if !docker {
+        if docker {
+            // The operator's token may build: a build's progress is on a page.
+            cmd.arg("--allow-builds");
+        } else {
             cmd.args(["--docker-host", common::NO_DOCKER]);
         }
         let child = cmd.spawn().unwrap();

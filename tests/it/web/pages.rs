@@ -87,3 +87,42 @@ async fn looking_at_a_session_changes_nothing() {
     let last = served.get(&format!("/sessions/{id}"), Some(&admin)).body;
     assert_eq!(calls(&first), calls(&last), "a page view was journaled");
 }
+
+/// A build shows on the environments page with its step, its output as
+/// text and how it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_shows_its_steps_and_output_on_the_environments_page() {
+    let served = Served::start(true).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("setup.sh"),
+        "echo 'building <em>it</em>'\nexit 3\n",
+    )
+    .unwrap();
+    let name = format!(
+        "webfail-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let out = std::process::Command::new(crate::common::SANDBOXD)
+        .args(["--addr", &format!("http://{}", served.grpc)])
+        .args(["env", "build", &name, "--setup"])
+        .arg(dir.path().join("setup.sh"))
+        .env("SANDBOXD_TOKEN", ADMIN)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let admin = served.login(ADMIN);
+    let page = served.get("/environments", Some(&admin)).body;
+    let build = page
+        .split("<div class=\"build\">")
+        .find(|b| b.contains(&name))
+        .unwrap_or_else(|| panic!("the build is listed: {page}"));
+    assert!(build.contains("failed: BUILD_FAILED"), "{build}");
+    assert!(
+        build.contains("building &lt;em&gt;it&lt;/em&gt;"),
+        "{build}"
+    );
+    assert!(!build.contains("<em>"), "{build}");
+    let part = served.get("/parts/builds", Some(&admin)).body;
+    assert!(part.contains(&name), "{part}");
+}
