@@ -1,8 +1,10 @@
 //! The Python side, run by pytest from `cargo test`: the client package in
-//! `clients/python` against a real service, and `sandboxd mcp` checked with
-//! the official MCP Python SDK (the `mcp` package from PyPI).
+//! `clients/python` against a real service, `sandboxd mcp` checked with
+//! the official MCP Python SDK (the `mcp` package from PyPI), and the web
+//! view in a real headless Chromium (Debian's `chromium`, installed by the
+//! suite when missing, driven over the DevTools protocol).
 //!
-//! Both run in one fresh virtual environment made for this run. The package
+//! All run in one fresh virtual environment made for this run. The package
 //! is installed into it alone first and imported, which shows that it
 //! stands on the dependencies it declares; the test tools pinned in
 //! `clients/python/requirements-dev.txt` come after. PyPI must be reachable
@@ -164,4 +166,9 @@ fn the_python_client_against_a_real_service() {
 #[test]
 fn sandboxd_mcp_checked_with_the_official_mcp_sdk() {
     pytest("tests/mcp");
+}
+
+#[test]
+fn the_web_view_in_a_real_browser() {
+    pytest("tests/browser");
 }
