@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,3 +184,39 @@ def test_what_a_command_prints_is_shown_as_text_and_never_runs(page: Page, serve
         assert page.evaluate(f"document.querySelector('tbody a[href={js(link)}]') !== null"), page.text("main")
         assert_shown_as_text(page, "the session page")
     assert page.dialogs == []
+
+
+def test_an_edit_shows_on_the_changes_tab_as_a_marked_diff(page: Page, served: WebService, client: Any) -> None:
+    project = Path(tempfile.mkdtemp(prefix="project-", dir=served.service.roots))
+    try:
+        (project / "greet.py").write_text('print("hello")\n')
+        with client.session(project) as s:
+            s.edit("greet.py", 'print("hello")', 'print("<b>hi</b>")')
+            page.navigate(f"{served.web}/sessions/{s.id}")
+            # A person clicks the tab.
+            page.evaluate(
+                "window.__loaded = false;"
+                "Array.from(document.querySelectorAll('nav.tabs a')).find(a => a.textContent === 'Changes').click()"
+            )
+            page.wait_loaded()
+            assert page.evaluate("location.pathname") == f"/sessions/{s.id}/changes"
+            assert page.text("nav.tabs .current") == "Changes"
+            marked = page.evaluate(
+                """(() => {
+                    const lines = cls => Array.from(document.querySelectorAll('pre.diff span.' + cls))
+                        .map(s => s.textContent);
+                    const bg = cls => getComputedStyle(document.querySelector('pre.diff span.' + cls)).backgroundColor;
+                    const pre = document.querySelector('pre.diff');
+                    return {del: lines('del'), add: lines('add'), meta: lines('meta'),
+                            delBg: bg('del'), addBg: bg('add'), ctxBg: getComputedStyle(pre).backgroundColor,
+                            markup: pre.querySelectorAll('b').length};
+                })()"""
+            )
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+    assert marked["del"] == ['-print("hello")\n'], marked
+    assert marked["add"] == ['+print("<b>hi</b>")\n'], marked
+    assert any("greet.py" in m for m in marked["meta"]), marked
+    assert marked["markup"] == 0, "the diff's text became markup"
+    colours = {marked["delBg"], marked["addBg"], marked["ctxBg"]}
+    assert len(colours) == 3, f"additions and deletions are not marked apart: {marked}"
