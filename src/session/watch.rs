@@ -152,9 +152,11 @@ impl Watch {
         );
     }
 
-    /// Command `seq` wrote `text`.
+    /// Command `seq` wrote `text`. Kept and sent under one lock, so that
+    /// a follower sees each piece once: in its snapshot or after it.
     pub fn output(&self, seq: u64, stderr: bool, text: &str) {
-        if let Some(w) = self.state().running.get_mut(&seq) {
+        let mut st = self.state();
+        if let Some(w) = st.running.get_mut(&seq) {
             if stderr {
                 w.stderr.push(text);
             } else {
@@ -173,21 +175,31 @@ impl Watch {
     /// Command `seq` ended with `report`.
     pub fn ended(&self, seq: u64, report: &ExitReport) {
         let summary = summary(report);
-        {
-            let mut st = self.state();
-            if let Some(mut w) = st.running.remove(&seq) {
-                w.stdout = Shown::of(&report.stdout);
-                w.stderr = Shown::of(&report.stderr);
-                w.ended = Some(summary.clone());
-                if st.recent.len() >= RECENT {
-                    st.recent.pop_front();
-                }
-                st.recent.push_back(w);
+        let mut st = self.state();
+        if let Some(mut w) = st.running.remove(&seq) {
+            w.stdout = Shown::of(&report.stdout);
+            w.stderr = Shown::of(&report.stderr);
+            w.ended = Some(summary.clone());
+            if st.recent.len() >= RECENT {
+                st.recent.pop_front();
             }
+            st.recent.push_back(w);
         }
         if self.pieces.receiver_count() > 0 {
             let _ = self.pieces.send(Piece::Ended { seq, summary });
         }
+    }
+
+    /// Command `seq` as it stands and every piece after that, taken under
+    /// one lock: nothing falls between, and nothing comes twice.
+    pub fn follow(&self, seq: u64) -> Option<(Watched, broadcast::Receiver<Piece>)> {
+        let st = self.state();
+        let now = st
+            .running
+            .get(&seq)
+            .or_else(|| st.recent.iter().find(|w| w.seq == seq))
+            .cloned()?;
+        Some((now, self.pieces.subscribe()))
     }
 
     /// Pieces from now on.

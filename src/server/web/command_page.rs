@@ -10,7 +10,13 @@ use crate::session::watch::{Shown, Watched};
 
 /// The command page of `watched`, in session `id`.
 pub fn command(id: &str, watched: &Watched) -> Markup {
-    let live = format!("/sessions/{id}/commands/{}/live", watched.seq);
+    // The stream starts where this snapshot stops.
+    let live = format!(
+        "/sessions/{id}/commands/{}/live?out={}&err={}",
+        watched.seq,
+        watched.stdout.head.len(),
+        watched.stderr.head.len()
+    );
     page(
         &format!("Command {} of {id}", watched.seq),
         true,
@@ -25,9 +31,9 @@ pub fn command(id: &str, watched: &Watched) -> Markup {
                 }
             }
             h2 { "stdout" }
-            (stream("stdout", &watched.stdout))
+            (stream("stdout", &watched.stdout, watched.ended.is_some()))
             h2 { "stderr" }
-            (stream("stderr", &watched.stderr))
+            (stream("stderr", &watched.stderr, watched.ended.is_some()))
             @if watched.ended.is_none() {
                 div #live data-stream=(live) {}
             }
@@ -35,9 +41,10 @@ pub fn command(id: &str, watched: &Watched) -> Markup {
     )
 }
 
-fn stream(name: &str, shown: &Shown) -> Markup {
+fn stream(name: &str, shown: &Shown, ended: bool) -> Markup {
     html! {
         pre.mono.output id=(name) { (visible(&shown.head)) }
+        @if ended && shown.head.is_empty() && shown.tail.is_empty() { p.muted { "(nothing)" } }
         @if shown.omitted_bytes > 0 {
             p.muted { "… " (shown.omitted_bytes) " bytes not shown …" }
         }

@@ -105,9 +105,20 @@ pub(super) async fn command(
     }
 }
 
+/// Where a page's snapshot of a running command stopped: bytes of stdout
+/// and of stderr it showed.
+#[derive(serde::Deserialize, Default)]
+pub(super) struct From {
+    #[serde(default)]
+    out: usize,
+    #[serde(default)]
+    err: usize,
+}
+
 pub(super) async fn live(
     State(web): Shared,
     Path((id, seq)): Path<(String, u64)>,
+    axum::extract::Query(from): axum::extract::Query<From>,
     headers: HeaderMap,
     axum::Extension(admission): axum::Extension<Admission>,
 ) -> Response {
@@ -117,11 +128,22 @@ pub(super) async fn live(
     let Ok(session) = web.registry.observe(&caller, &id) else {
         return StatusCode::NOT_FOUND.into_response();
     };
-    // Subscribed before the snapshot is taken: nothing falls between.
-    let pieces = session.watch.subscribe();
-    let Some(now) = session.watch.command(seq) else {
+    // The snapshot and the pieces after it: what the page has not shown
+    // yet is sent first, then each piece as it comes.
+    let Some((now, pieces)) = session.watch.follow(seq) else {
         return StatusCode::NOT_FOUND.into_response();
     };
+    let since = |s: &str, from: usize| {
+        let mut at = from.min(s.len());
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s[at..].to_string()
+    };
+    let missed = (
+        since(&now.stdout.head, from.out),
+        since(&now.stderr.head, from.err),
+    );
     let Some(place) = admit(&web, &caller) else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -129,7 +151,7 @@ pub(super) async fn live(
         )
             .into_response();
     };
-    Sse::new(stream(seq, now.ended, pieces, place))
+    Sse::new(stream(seq, now.ended, missed, pieces, place))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
@@ -139,11 +161,19 @@ pub(super) async fn live(
 fn stream(
     seq: u64,
     ended: Option<String>,
+    (out, err): (String, String),
     mut pieces: tokio::sync::broadcast::Receiver<Piece>,
     place: Live,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     async_stream(move |tx| async move {
         let _place = place;
+        for (name, text) in [("out", out), ("err", err)] {
+            if !text.is_empty() {
+                let _ = tx
+                    .send(Event::default().event(name).data(visible(&text)))
+                    .await;
+            }
+        }
         if let Some(summary) = ended {
             let _ = tx.send(Event::default().event("end").data(summary)).await;
             return;

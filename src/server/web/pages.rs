@@ -94,7 +94,7 @@ pub fn sessions(rows: &[Row]) -> Markup {
             table {
                 thead { tr {
                     th { "Session" } th { "Workspace" } th { "Environment" } th { "Age" }
-                    th { "Last activity" } th { "Status" } th { "Commands" } th { "Refusals" }
+                    th { "Last activity" } th { "Status" } th { "Commands run" } th { "Refusals" }
                 } }
                 tbody #sessions data-live="/parts/sessions" { (session_rows(rows)) }
             }
@@ -114,9 +114,9 @@ pub fn session_rows(rows: &[Row]) -> Markup {
                 td.mono { a href={ "/sessions/" (row.info.id) } { (row.info.id) } }
                 td.mono { (row.info.workspace_path.display()) }
                 td { (row.info.environment.as_deref().unwrap_or(&row.info.image)) }
-                td { (ago(row.info.created)) }
-                td { (ago(row.info.last_used)) }
-                td class=(class) { (status) }
+                td.nowrap { (ago(row.info.created)) }
+                td.nowrap { (ago(row.info.last_used)) }
+                td class={ (class) " nowrap" } { (status) }
                 td { (row.tally.commands) }
                 td { (row.tally.refused) }
             }
@@ -240,7 +240,18 @@ pub fn health(h: &Health) -> Markup {
             }
             h2 { "Counters" }
             @match metrics {
-                Some(text) => pre.mono { (text) },
+                Some(text) => {
+                    table {
+                        thead { tr { th { "Counter" } th { "Value" } } }
+                        tbody {
+                            @for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+                                @if let Some((name, value)) = line.rsplit_once(' ') {
+                                    tr { td.mono { (name) } td { (value) } }
+                                }
+                            }
+                        }
+                    }
+                },
                 None => p.muted { "The service keeps no counters (start it with --metrics-listen)." },
             }
         },

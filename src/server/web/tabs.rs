@@ -82,7 +82,7 @@ fn changes_page(id: &str, changes: &Result<ChangesOutput, String>, report: &Reco
                 Err(why) => p.error { "The changes cannot be read now: " (why) },
                 Ok(out) if out.changes.changes.is_empty() => p.muted { "Nothing has changed since the session began." },
                 Ok(out) => {
-                    h2 { (out.changes.changes.len()) " paths changed since the session began" }
+                    h2 { "Changed since the session began: " (out.changes.changes.len()) }
                     @if out.changes.truncated { p.muted { "More paths changed than are listed." } }
                     pre.mono.diff { (diff(&out.changes.patch)) }
                     @if out.changes.patch.len() >= PATCH_BYTES {

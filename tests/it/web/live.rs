@@ -176,3 +176,82 @@ async fn live_streams_are_bounded_per_viewer() {
     assert_eq!(code, 0, "{out}");
     let _ = run.join();
 }
+
+/// The data of each `event: NAME` in a server-sent events text, joined.
+fn events_named(text: &str, name: &str) -> String {
+    text.split("\n\n")
+        .filter(|block| block.lines().any(|l| l == format!("event: {name}")))
+        .map(|block| {
+            block
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: ").or(l.strip_prefix("data:")))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect()
+}
+
+/// A page opened while a command prints fast, then followed live, shows
+/// every line exactly once: the stream starts where the page's snapshot
+/// stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_and_its_live_stream_lose_and_repeat_nothing() {
+    let served = Served::start(true).await;
+    let (id, _) = served.session();
+    let admin = served.login(ADMIN);
+    let grpc = served.grpc.clone();
+    let session = id.clone();
+    let run = std::thread::spawn(move || {
+        std::process::Command::new(crate::common::SANDBOXD)
+            .args([
+                "--addr",
+                &format!("http://{grpc}"),
+                "run",
+                "-s",
+                &session,
+                "--",
+            ])
+            .arg("sleep 1; for i in $(seq 1 300); do echo line $i; sleep 0.01; done")
+            .env("SANDBOXD_TOKEN", ADMIN)
+            .output()
+            .unwrap()
+    });
+    // The command's page, once it has printed something.
+    let until = Instant::now() + Duration::from_secs(60);
+    let (snapshot, live) = loop {
+        assert!(Instant::now() < until, "the command never showed output");
+        let page = served.get(&format!("/sessions/{id}"), Some(&admin)).body;
+        let Some(link) = page
+            .split("href=\"")
+            .filter_map(|s| s.split('"').next())
+            .find(|href| href.contains("/commands/"))
+        else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let page = served.get(link, Some(&admin)).body;
+        let snapshot = page
+            .split("id=\"stdout\">")
+            .nth(1)
+            .and_then(|s| s.split("</pre>").next())
+            .unwrap_or_default()
+            .to_string();
+        let live = page
+            .split("data-stream=\"")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .map(|s| s.replace("&amp;", "&"));
+        match live {
+            Some(live) if snapshot.contains("line 1\n") => break (snapshot, live),
+            Some(_) => std::thread::sleep(Duration::from_millis(50)),
+            None => panic!("the command ended before its page was read: {page}"),
+        }
+    };
+    let (mut conn, head) = open_live(&served, &live, &admin);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let streamed = read_until(&mut conn, "event: end");
+    let rest = events_named(&streamed, "out");
+    let want: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(format!("{snapshot}{rest}"), want, "snapshot {snapshot:?}");
+    assert!(run.join().unwrap().status.success());
+}

@@ -58,7 +58,10 @@ async fn the_changes_tab_shows_the_diff_since_the_start_as_text() {
     let page = served.get(&format!("/sessions/{id}/changes"), Some(&admin));
     assert_eq!(page.status, 200);
     let body = &page.body;
-    assert!(body.contains("1 paths changed"), "{body}");
+    assert!(
+        body.contains("Changed since the session began: 1"),
+        "{body}"
+    );
     assert!(
         body.contains("<span class=\"add\">+    return a + b  # &lt;script&gt;"),
         "{body}"
