@@ -34,14 +34,16 @@ pub struct Shown {
 
 impl Shown {
     fn push(&mut self, text: &str) {
-        let room = SHOWN_BYTES.saturating_sub(self.head.len());
-        if self.omitted_bytes == 0 && text.len() <= room {
-            self.head.push_str(text);
+        // The head fills up to its size; past it, what arrives live is
+        // counted only (the command's cap keeps the rest for its end).
+        let room = if self.omitted_bytes == 0 {
+            SHOWN_BYTES.saturating_sub(self.head.len())
         } else {
-            // Past the head: what arrives live is the start of the stream
-            // only (the command's cap keeps the rest for its end).
-            self.omitted_bytes += text.len() as u64;
-        }
+            0
+        };
+        let kept = cut_start(text, room);
+        self.head.push_str(kept);
+        self.omitted_bytes += (text.len() - kept.len()) as u64;
     }
 
     fn of(c: &Captured) -> Shown {
@@ -273,8 +275,9 @@ mod tests {
         s.push(&"a".repeat(SHOWN_BYTES - 1));
         s.push("bc");
         s.push("d");
-        assert_eq!(s.head.len(), SHOWN_BYTES - 1);
-        assert_eq!(s.omitted_bytes, 3);
+        assert_eq!(s.head.len(), SHOWN_BYTES);
+        assert!(s.head.ends_with("ab"));
+        assert_eq!(s.omitted_bytes, 2);
     }
 
     #[test]

@@ -235,6 +235,15 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     };
     let _web = match args.web_listen {
         Some(addr) => {
+            if access.token.is_none() && matches!(listener, sandboxd::server::Listener::Unix(_)) {
+                return Err(format!(
+                    "--web-listen {addr}: this service has no token and listens on a Unix socket \
+                     only its own user (or group) may use, while every local user can reach a \
+                     loopback port: give it a token (--token-file) for the view's viewers to log \
+                     in with"
+                )
+                .into());
+            }
             if access.token.is_none() && !addr.ip().is_loopback() {
                 return Err(format!(
                     "--web-listen {addr} is not a loopback address, and this service has no token \

@@ -18,8 +18,11 @@ use crate::session::Caller;
 /// The viewer cookie's name.
 pub const COOKIE: &str = "sandboxd_view";
 
-/// Most viewer cookies alive at once; past it, the oldest is forgotten.
+/// Most viewer cookies alive at once; past it, the oldest of a session's
+/// viewers is forgotten (the operator's last).
 const MAX_VIEWERS: usize = 1024;
+/// Most viewer cookies one token keeps; past it, its own oldest goes.
+const PER_VIEWER: usize = 8;
 
 /// How long a viewer cookie lasts.
 const VIEWER_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -67,13 +70,28 @@ impl Viewers {
         let mut cookies = self.cookies.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         cookies.retain(|_, (_, at)| now.duration_since(*at) < VIEWER_LIFETIME);
-        if cookies.len() >= MAX_VIEWERS
-            && let Some(oldest) = cookies
+        // One token's logins push out its own oldest cookie, never
+        // another's: a session's holder cannot log the operator out.
+        let oldest = |cookies: &HashMap<[u8; 32], (Caller, Instant)>,
+                      of: &dyn Fn(&Caller) -> bool| {
+            cookies
                 .iter()
+                .filter(|(_, (c, _))| of(c))
                 .min_by_key(|(_, (_, at))| *at)
                 .map(|(k, _)| *k)
+        };
+        let same = |c: &Caller| *c == caller;
+        if cookies.values().filter(|(c, _)| same(c)).count() >= PER_VIEWER
+            && let Some(k) = oldest(&cookies, &same)
         {
-            cookies.remove(&oldest);
+            cookies.remove(&k);
+        }
+        if cookies.len() >= MAX_VIEWERS {
+            let not_operator = |c: &Caller| *c != Caller::Admin;
+            if let Some(k) = oldest(&cookies, &not_operator).or_else(|| oldest(&cookies, &|_| true))
+            {
+                cookies.remove(&k);
+            }
         }
         cookies.insert(crate::secret::sha256(cookie.as_bytes()), (caller, now));
         Ok(cookie)

@@ -75,15 +75,25 @@ fn admit(web: &Arc<super::Web>, caller: &Caller) -> Option<Live> {
 
 /// Control characters a command printed, made visible (ESC shows as ␛):
 /// the page shows what was printed, and no terminal sequence acts.
+/// Characters that could make the page show text other than what was
+/// printed (C1 controls, bidirectional overrides and isolates, zero-width
+/// and other invisible format characters) are shown as `\u{…}`.
 pub fn visible(text: &str) -> String {
-    text.chars()
-        .map(|c| match c {
-            '\n' | '\t' => c,
-            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('?'),
-            '\u{7f}' => '\u{2421}',
-            c => c,
-        })
-        .collect()
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\u{0}'..='\u{1f}' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('?')),
+            '\u{7f}' => out.push('\u{2421}'),
+            '\u{80}'..='\u{9f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 pub(super) async fn command(
@@ -144,6 +154,7 @@ pub(super) async fn live(
         since(&now.stdout.head, from.out),
         since(&now.stderr.head, from.err),
     );
+    let dropped = now.stdout.omitted_bytes + now.stderr.omitted_bytes;
     let Some(place) = admit(&web, &caller) else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -151,17 +162,22 @@ pub(super) async fn live(
         )
             .into_response();
     };
-    Sse::new(stream(seq, now.ended, missed, pieces, place))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+    Sse::new(stream(
+        seq, now.ended, missed, dropped, session, pieces, place,
+    ))
+    .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    .into_response()
 }
 
 /// The pieces of command `seq` from now on, until it ends (at once, when
 /// it has ended already).
+#[allow(clippy::too_many_arguments)]
 fn stream(
     seq: u64,
     ended: Option<String>,
     (out, err): (String, String),
+    dropped: u64,
+    session: Arc<crate::session::Session>,
     mut pieces: tokio::sync::broadcast::Receiver<Piece>,
     place: Live,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
@@ -173,6 +189,12 @@ fn stream(
                     .send(Event::default().event(name).data(visible(&text)))
                     .await;
             }
+        }
+        if dropped > 0 {
+            let note = format!(
+                "[{dropped} bytes of output are not shown here; the command's own result keeps its end]"
+            );
+            let _ = tx.send(Event::default().event("gap").data(note)).await;
         }
         if let Some(summary) = ended {
             let _ = tx.send(Event::default().event("end").data(summary)).await;
@@ -211,6 +233,11 @@ fn stream(
                     {
                         return;
                     }
+                    // Its end may have been among them.
+                    if let Some(summary) = session.watch.command(seq).and_then(|w| w.ended) {
+                        let _ = tx.send(Event::default().event("end").data(summary)).await;
+                        return;
+                    }
                 }
                 Err(RecvError::Closed) => return,
             }
@@ -227,4 +254,20 @@ where
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(body(tx));
     futures_util::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::visible;
+
+    #[test]
+    fn text_that_could_act_or_deceive_is_shown_as_what_it_is() {
+        assert_eq!(visible("a\x1b[2Jb\n"), "a\u{241b}[2Jb\n");
+        assert_eq!(visible("x\u{202e}txt"), "x\\u{202e}txt");
+        assert_eq!(
+            visible("\u{85}\u{200b}\u{feff}"),
+            "\\u{85}\\u{200b}\\u{feff}"
+        );
+        assert_eq!(visible("plain é ✓"), "plain é ✓");
+    }
 }

@@ -37,6 +37,8 @@ use auth::Viewers;
 const CONNECTIONS: usize = 256;
 /// Connections one session's viewer keeps vouched for at once.
 const PER_SESSION: usize = 8;
+/// Largest request body (a login form).
+const BODY_BYTES: usize = 4096;
 
 struct Web {
     registry: Arc<Registry>,
@@ -94,8 +96,62 @@ fn router(web: Arc<Web>) -> Router {
         .route("/assets/style.css", get(style))
         .route("/assets/live.js", get(script))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&web),
+            guard,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES))
         .layer(axum::middleware::map_response(harden))
         .with_state(web)
+}
+
+/// Refuses what no page of the view should take: a form posted from
+/// another site (a login or logout it did not choose), and, when every
+/// viewer is the operator (no token), a `Host` that is not this machine's
+/// loopback (a page of another site reaching it through a name it
+/// rebound to 127.0.0.1).
+async fn guard(
+    State(web): Shared,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = request.headers();
+    let header = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    if request.method() == axum::http::Method::POST {
+        let cross = matches!(header("sec-fetch-site"), Some(site) if site != "same-origin" && site != "none");
+        let host = header("host").unwrap_or_default();
+        let foreign_origin = header("origin").is_some_and(|origin| {
+            origin
+                .split_once("://")
+                .is_none_or(|(_, rest)| rest != host)
+        });
+        if cross || foreign_origin {
+            return (
+                StatusCode::FORBIDDEN,
+                "forms are taken from this view's own pages only\n",
+            )
+                .into_response();
+        }
+    }
+    if web.viewers.open() {
+        let host = header("host").unwrap_or_default();
+        let name = match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        };
+        if !matches!(name, "127.0.0.1" | "localhost" | "[::1]") {
+            return (
+                StatusCode::MISDIRECTED_REQUEST,
+                "this view answers to its loopback address only\n",
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// Headers every answer carries.
@@ -132,8 +188,11 @@ fn viewer(web: &Web, headers: &HeaderMap, admission: &Admission) -> Result<Calle
     let Some(caller) = web.viewers.viewer(headers) else {
         return Err(Stranger);
     };
+    // Without a token every viewer is the operator: they vouch for a
+    // share of connections, like one session, so none can hold them all.
     let session = match &caller {
         Caller::Session(id) => Some(id.as_str()),
+        Caller::Admin if web.viewers.open() => Some("(no token)"),
         Caller::Admin | Caller::Approver => None,
     };
     admission.vouch(session);

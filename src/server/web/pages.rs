@@ -62,6 +62,9 @@ pub fn login(error: Option<&str>) -> Markup {
     )
 }
 
+/// Rows of a timeline a page shows (the newest).
+const TIMELINE_ROWS: usize = 300;
+
 /// One session's row facts, gathered without touching it.
 pub struct Row {
     /// Its snapshot.
@@ -176,7 +179,7 @@ pub fn timeline(id: &str, report: &Report, kept: &[u64]) -> Markup {
         @if report.entries.is_empty() {
             tr { td colspan="6" .muted { "No call yet." } }
         }
-        @for e in report.entries.iter().rev() {
+        @for e in report.entries.iter().rev().take(TIMELINE_ROWS) {
             @match &e.outcome {
                 Outcome::Ok { detail } => tr {
                     td { (e.seq) } td { (clock(e.at_ms)) } td { (e.tool) }
@@ -196,6 +199,9 @@ pub fn timeline(id: &str, report: &Report, kept: &[u64]) -> Markup {
                     td { (e.duration_ms) " ms" }
                 },
             }
+        }
+        @if report.entries.len() > TIMELINE_ROWS {
+            tr { td colspan="6" .muted { "The " (report.entries.len() - TIMELINE_ROWS) " calls before these are in the session's journal (GetSessionReport)." } }
         }
         @if report.dropped > 0 {
             tr { td colspan="6" .muted { (report.dropped) " older calls are no longer kept in memory." } }

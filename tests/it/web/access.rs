@@ -145,3 +145,96 @@ fn a_tokenless_service_serves_its_view_on_loopback_only() {
         "{err}"
     );
 }
+
+/// One token's logins push out its own oldest cookie only: a session's
+/// holder logging in again and again never logs the operator out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_logins_never_log_the_operator_out() {
+    let served = Served::start(false).await;
+    let (_, token) = served.session();
+    let admin = served.login(ADMIN);
+    let first = served.login(&token);
+    for _ in 0..40 {
+        served.login(&token);
+    }
+    assert_eq!(
+        served.get("/", Some(&admin)).status,
+        200,
+        "the operator was logged out"
+    );
+    assert_eq!(
+        served.get("/", Some(&first)).status,
+        303,
+        "its own oldest stays"
+    );
+}
+
+/// Forms are taken from the view's own pages only, and small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forms_from_other_sites_and_large_bodies_are_refused() {
+    let served = Served::start(false).await;
+    let form = format!("token={ADMIN}");
+    for extra in [
+        "Origin: http://evil.example\r\n",
+        "Sec-Fetch-Site: cross-site\r\n",
+    ] {
+        let reply = served.raw(&format!(
+            "POST /login HTTP/1.1\r\nHost: {}\r\n{extra}Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+            served.web,
+            form.len()
+        ));
+        assert!(reply.starts_with("HTTP/1.1 403"), "{extra}: {reply}");
+        assert!(
+            !reply.contains("Set-Cookie") && !reply.contains("set-cookie"),
+            "{reply}"
+        );
+    }
+    let same = served.raw(&format!(
+        "POST /login HTTP/1.1\r\nHost: {0}\r\nOrigin: http://{0}\r\nSec-Fetch-Site: same-origin\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {1}\r\nConnection: close\r\n\r\n{form}",
+        served.web,
+        form.len()
+    ));
+    assert!(same.starts_with("HTTP/1.1 303"), "{same}");
+    let big = format!("token={}", "x".repeat(100_000));
+    let reply = served.raw(&format!(
+        "POST /login HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{big}",
+        served.web,
+        big.len()
+    ));
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply}");
+}
+
+/// Without a token, the view answers only to its loopback name (a page
+/// of another site cannot reach it through a name rebound to 127.0.0.1),
+/// and a service private to its user (a Unix socket) serves no view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokenless_view_answers_to_loopback_only_and_never_widens_a_private_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(crate::common::SANDBOXD)
+        .args(["serve", "--pool-size", "0"])
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.path().join("s.sock").display()))
+        .args(["--web-listen", "127.0.0.1:0"])
+        .args(["--docker-host", crate::common::NO_DOCKER])
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env_remove("SANDBOXD_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--web-listen") && err.contains("Unix socket"),
+        "{err}"
+    );
+
+    let served = Served::start_open().await;
+    let ok = served.raw(&format!(
+        "GET / HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        served.web
+    ));
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let rebound =
+        served.raw("GET / HTTP/1.1\r\nHost: attacker.example:80\r\nConnection: close\r\n\r\n");
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+}

@@ -37,6 +37,27 @@ fn free_port() -> u16 {
 
 impl Served {
     pub async fn start(docker: bool) -> Served {
+        Self::spawn(docker, true).await
+    }
+
+    /// A service without a token (`--no-token`, loopback), file tools
+    /// only: its view lets every viewer in.
+    pub async fn start_open() -> Served {
+        Self::spawn(false, false).await
+    }
+
+    /// What the view answers to a request written out whole.
+    pub fn raw(&self, request: &str) -> String {
+        let mut conn = TcpStream::connect(&self.web).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        conn.write_all(request.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        let _ = conn.read_to_end(&mut raw);
+        String::from_utf8_lossy(&raw).into_owned()
+    }
+
+    async fn spawn(docker: bool, token: bool) -> Served {
         if docker {
             // The default image, built once for every test.
             common::TestServer::with_docker().await.stop().await;
@@ -47,7 +68,7 @@ impl Served {
             std::fs::write(&path, text).unwrap();
             path
         };
-        let token = write("token", ADMIN);
+        let token_file = write("token", ADMIN);
         let approver = write("approver", APPROVER);
         let (grpc, web) = (
             format!("127.0.0.1:{}", free_port()),
@@ -55,12 +76,16 @@ impl Served {
         );
         let mut cmd = Command::new(common::SANDBOXD);
         cmd.args(["serve", "--listen", &grpc, "--web-listen", &web])
-            .args(["--pool-size", "0"])
-            .arg("--token-file")
-            .arg(&token)
-            .arg("--approver-token-file")
-            .arg(&approver)
-            .arg("--state-dir")
+            .args(["--pool-size", "0"]);
+        if token {
+            cmd.arg("--token-file")
+                .arg(&token_file)
+                .arg("--approver-token-file")
+                .arg(&approver);
+        } else {
+            cmd.arg("--no-token");
+        }
+        cmd.arg("--state-dir")
             .arg(dir.path().join("state"))
             .args([
                 "--service-name",
