@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sandboxd::pb;
 
+use super::workspace_calls::{checkpoint, download, restore, upload};
 use super::{AnyError, Client, Row, close, ms, run_cmd, stats, verdict};
 
 /// Files in the tree.
@@ -83,71 +84,6 @@ fn timed(cmd: &mut Command, input: Option<&[u8]>) -> Result<Duration, AnyError> 
     if !status.success() {
         return Err(format!("{cmd:?} failed: {status}").into());
     }
-    Ok(t.elapsed())
-}
-
-async fn upload(client: &Client, sid: &str, archive: &[u8]) -> Result<Duration, AnyError> {
-    use pb::upload_archive_request::Part;
-    let mut msgs = vec![pb::UploadArchiveRequest {
-        part: Some(Part::Header(pb::UploadArchiveHeader {
-            session_id: sid.into(),
-            destination: String::new(),
-        })),
-    }];
-    msgs.extend(archive.chunks(1 << 20).map(|c| pb::UploadArchiveRequest {
-        part: Some(Part::Chunk(c.to_vec())),
-    }));
-    let t = Instant::now();
-    client
-        .clone()
-        .upload_archive(tokio_stream::iter(msgs))
-        .await?;
-    Ok(t.elapsed())
-}
-
-async fn download(client: &Client, sid: &str) -> Result<(Duration, usize), AnyError> {
-    let t = Instant::now();
-    let mut stream = client
-        .clone()
-        .download_archive(pb::DownloadArchiveRequest {
-            session_id: sid.into(),
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let mut bytes = 0;
-    while let Some(msg) = stream.message().await? {
-        if let Some(pb::download_archive_response::Part::Chunk(c)) = msg.part {
-            bytes += c.len();
-        }
-    }
-    Ok((t.elapsed(), bytes))
-}
-
-async fn checkpoint(client: &Client, sid: &str) -> Result<(Duration, String), AnyError> {
-    let t = Instant::now();
-    let r = client
-        .clone()
-        .create_checkpoint(pb::CreateCheckpointRequest {
-            session_id: sid.into(),
-            label: String::new(),
-        })
-        .await?
-        .into_inner();
-    let id = r.checkpoint.map(|c| c.checkpoint_id).unwrap_or_default();
-    Ok((t.elapsed(), id))
-}
-
-async fn restore(client: &Client, sid: &str, cp: &str) -> Result<Duration, AnyError> {
-    let t = Instant::now();
-    client
-        .clone()
-        .restore_checkpoint(pb::RestoreCheckpointRequest {
-            session_id: sid.into(),
-            checkpoint_id: cp.into(),
-            stop_commands: false,
-        })
-        .await?;
     Ok(t.elapsed())
 }
 
