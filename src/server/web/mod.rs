@@ -122,12 +122,16 @@ async fn guard(
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
     if request.method() == axum::http::Method::POST {
-        let cross = matches!(header("sec-fetch-site"), Some(site) if site != "same-origin" && site != "none");
+        let site = header("sec-fetch-site");
+        let cross = matches!(site, Some(site) if site != "same-origin" && site != "none");
         let host = header("host").unwrap_or_default();
-        let foreign_origin = header("origin").is_some_and(|origin| {
-            origin
+        // A browser that hides the origin says "null"; then its own word
+        // that the form is this site's (Sec-Fetch-Site) is needed.
+        let foreign_origin = header("origin").is_some_and(|origin| match origin {
+            "null" => site != Some("same-origin"),
+            origin => origin
                 .split_once("://")
-                .is_none_or(|(_, rest)| rest != host)
+                .is_none_or(|(_, rest)| rest != host),
         });
         if cross || foreign_origin {
             return (
@@ -165,7 +169,7 @@ async fn harden(mut response: Response) -> Response {
         ),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::CACHE_CONTROL, "no-store"),
     ] {
         headers.insert(name, HeaderValue::from_static(value));
