@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{Shared, command_page, html, not_found_page, viewer};
+use super::{Shared, command_page, html, not_found_page, viewed, viewer};
 use crate::server::listener::Admission;
 use crate::session::Caller;
 use crate::session::watch::Piece;
@@ -102,12 +102,9 @@ pub(super) async fn command(
     headers: HeaderMap,
     axum::Extension(admission): axum::Extension<Admission>,
 ) -> Response {
-    let caller = match viewer(&web, &headers, &admission) {
-        Ok(caller) => caller,
+    let session = match viewed(&web, &headers, &admission, &id) {
+        Ok(session) => session,
         Err(away) => return away.into_response(),
-    };
-    let Ok(session) = web.registry.observe(&caller, &id) else {
-        return not_found_page();
     };
     match session.watch.command(seq) {
         Some(watched) => html(command_page::command(&id, &watched)),

@@ -187,6 +187,37 @@ impl IntoResponse for Stranger {
     }
 }
 
+/// Why a page of a session is not shown.
+enum Away {
+    /// No valid viewer cookie: to the login form.
+    Stranger,
+    /// No such session, or not the viewer's.
+    NotFound,
+}
+
+impl IntoResponse for Away {
+    fn into_response(self) -> Response {
+        match self {
+            Away::Stranger => Stranger.into_response(),
+            Away::NotFound => not_found_page(),
+        }
+    }
+}
+
+/// Session `id`, for the viewer of a request (vouching for its
+/// connection), looked at without being touched.
+fn viewed(
+    web: &Web,
+    headers: &HeaderMap,
+    admission: &Admission,
+    id: &str,
+) -> Result<Arc<crate::session::Session>, Away> {
+    let caller = viewer(web, headers, admission).map_err(|Stranger| Away::Stranger)?;
+    web.registry
+        .observe(&caller, id)
+        .map_err(|_| Away::NotFound)
+}
+
 /// The viewer of a request, vouching for its connection.
 fn viewer(web: &Web, headers: &HeaderMap, admission: &Admission) -> Result<Caller, Stranger> {
     let Some(caller) = web.viewers.viewer(headers) else {
@@ -324,12 +355,9 @@ async fn session_page(
     headers: HeaderMap,
     axum::Extension(admission): axum::Extension<Admission>,
 ) -> Response {
-    let caller = match viewer(&web, &headers, &admission) {
-        Ok(caller) => caller,
+    let session = match viewed(&web, &headers, &admission, &id) {
+        Ok(session) => session,
         Err(away) => return away.into_response(),
-    };
-    let Ok(session) = web.registry.observe(&caller, &id) else {
-        return not_found_page();
     };
     let info = session.info().await;
     let report = session.journal.report(None, None);

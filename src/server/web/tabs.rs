@@ -11,7 +11,7 @@ use maud::{Markup, html};
 
 use super::commands::visible;
 use super::pages::{clock, page};
-use super::{Shared, html, not_found_page, viewer};
+use super::{Shared, html, viewed};
 use crate::server::listener::Admission;
 use crate::session::Reconciled;
 use crate::workspace::history::ChangesOutput;
@@ -40,12 +40,9 @@ pub(super) async fn changes(
     headers: HeaderMap,
     axum::Extension(admission): axum::Extension<Admission>,
 ) -> Response {
-    let caller = match viewer(&web, &headers, &admission) {
-        Ok(caller) => caller,
+    let session = match viewed(&web, &headers, &admission, &id) {
+        Ok(session) => session,
         Err(away) => return away.into_response(),
-    };
-    let Ok(session) = web.registry.observe(&caller, &id) else {
-        return not_found_page();
     };
     let changes = session
         .observed_changes(PATCH_BYTES)
@@ -61,12 +58,9 @@ pub(super) async fn plan(
     headers: HeaderMap,
     axum::Extension(admission): axum::Extension<Admission>,
 ) -> Response {
-    let caller = match viewer(&web, &headers, &admission) {
-        Ok(caller) => caller,
+    let session = match viewed(&web, &headers, &admission, &id) {
+        Ok(session) => session,
         Err(away) => return away.into_response(),
-    };
-    let Ok(session) = web.registry.observe(&caller, &id) else {
-        return not_found_page();
     };
     html(plan_page(&id, &session.observed_report().await))
 }
