@@ -19,9 +19,11 @@ mod durability;
 mod edits;
 mod environments;
 mod flood;
+mod page;
 mod report;
 mod round_trip;
 mod session_start;
+mod web_view;
 mod workspace_calls;
 mod workspaces;
 
@@ -47,11 +49,16 @@ pub struct BenchArgs {
     /// Samples of the workspace figures (upload, download, checkpoints).
     #[arg(long, default_value_t = 5)]
     workspace_samples: usize,
+    /// Samples of the web view figure, each side (RunCommand with no page
+    /// watching, and with one).
+    #[arg(long, default_value_t = 2000)]
+    web_samples: usize,
     /// Run only these groups (repeatable): round-trip, session-start,
     /// edits, flood, concurrency, environments, workspaces, durability
-    /// (the cost of the state store and the metrics). Their rows
-    /// replace the rows of the same figures in --out; the others stay.
-    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability"])]
+    /// (the cost of the state store and the metrics), web-view (the cost
+    /// of a page watching a session live). Their rows replace the rows of
+    /// the same figures in --out; the others stay.
+    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view"])]
     only: Vec<String>,
 }
 
@@ -184,6 +191,10 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         if wanted("durability") {
             settle().await;
             durability::durability(args.samples, &mut rows).await?;
+        }
+        if wanted("web-view") {
+            settle().await;
+            web_view::figure(&client, &registry, args.web_samples.max(10), &mut rows).await?;
         }
         Ok::<(), AnyError>(())
     }
