@@ -109,24 +109,9 @@ async fn the_supervisor_serves_only_over_the_sessions_own_directory() {
     let dir = tempfile::tempdir().unwrap();
     let label = format!("sandboxd-test-{}", uuid::Uuid::new_v4().simple());
     let spec = ContainerSpec {
-        image: sandboxd::sandbox::image::default_image(),
-        workspace: dir.path().to_path_buf(),
-        workspace_identity: None,
         workspace_bound: false,
-        user: "1000:1000".into(),
-        env: Default::default(),
-        limits: sandboxd::sandbox::Limits {
-            memory_bytes: 256 << 20,
-            nano_cpus: 1_000_000_000,
-            pids: 64,
-            disk_bytes: 0,
-            inodes: 0,
-        },
-        tmp_bytes: 16 << 20,
-        labels: [(label.clone(), "1".to_string())].into(),
-        runtime: None,
         supervisor: Some(crate::common::SANDBOXD.into()),
-        socket_dir: None,
+        ..small_container(dir.path().to_path_buf(), &label)
     };
     let container = rt.start_container(&spec).await.unwrap();
     let md = std::fs::metadata(dir.path()).unwrap();
@@ -172,24 +157,9 @@ async fn the_engine_never_makes_a_missing_workspace() {
     std::os::unix::fs::symlink(&elsewhere, dir.path().join("mid")).unwrap();
     let label = format!("sandboxd-test-{}", uuid::Uuid::new_v4().simple());
     let spec = ContainerSpec {
-        image: sandboxd::sandbox::image::default_image(),
-        workspace: dir.path().join("mid/proj"),
-        workspace_identity: None,
         workspace_bound: true,
-        user: "1000:1000".into(),
-        env: Default::default(),
-        limits: sandboxd::sandbox::Limits {
-            memory_bytes: 256 << 20,
-            nano_cpus: 1_000_000_000,
-            pids: 64,
-            disk_bytes: 0,
-            inodes: 0,
-        },
-        tmp_bytes: 16 << 20,
-        labels: [(label.clone(), "1".to_string())].into(),
-        runtime: None,
         supervisor: None,
-        socket_dir: None,
+        ..small_container(dir.path().join("mid/proj"), &label)
     };
     let started = rt.start_container(&spec).await;
     crate::common::remove_containers_labelled(&label);
@@ -217,4 +187,29 @@ async fn a_project_under_another_users_directory_is_not_lent() {
         err.contains(&format!("lies under {}", shared.display())),
         "{err}"
     );
+}
+
+/// A small container over `workspace`, labelled `label` (for its removal),
+/// its commands run as uid 1000, nothing else set.
+fn small_container(workspace: std::path::PathBuf, label: &str) -> sandboxd::sandbox::ContainerSpec {
+    sandboxd::sandbox::ContainerSpec {
+        image: sandboxd::sandbox::image::default_image(),
+        workspace,
+        workspace_identity: None,
+        workspace_bound: false,
+        user: "1000:1000".into(),
+        env: Default::default(),
+        limits: sandboxd::sandbox::Limits {
+            memory_bytes: 256 << 20,
+            nano_cpus: 1_000_000_000,
+            pids: 64,
+            disk_bytes: 0,
+            inodes: 0,
+        },
+        tmp_bytes: 16 << 20,
+        labels: [(label.to_string(), "1".to_string())].into(),
+        runtime: None,
+        supervisor: None,
+        socket_dir: None,
+    }
 }

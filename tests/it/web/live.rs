@@ -51,16 +51,10 @@ async fn a_running_commands_output_arrives_live_as_text() {
     let served = Served::start(true).await;
     let (id, _) = served.session();
     let admin = served.login(ADMIN);
-    let grpc = served.grpc.clone();
-    let session = id.clone();
-    let run = std::thread::spawn(move || {
-        std::process::Command::new(crate::common::SANDBOXD)
-            .args(["--addr", &format!("http://{grpc}"), "run", "-s", &session, "--"])
-            .arg(r#"sleep 2; for i in 1 2 3; do echo "step $i <b>"; printf '\033[31mred\n'; sleep 1; done"#)
-            .env("SANDBOXD_TOKEN", ADMIN)
-            .output()
-            .unwrap()
-    });
+    let run = served.run_in_background(
+        &id,
+        r#"sleep 2; for i in 1 2 3; do echo "step $i <b>"; printf '\033[31mred\n'; sleep 1; done"#,
+    );
     // The running command is listed, and linked, on its session's page.
     let mut link = None;
     let until = Instant::now() + Duration::from_secs(60);
@@ -116,23 +110,7 @@ async fn live_streams_are_bounded_per_viewer() {
     let served = Served::start(true).await;
     let (id, _) = served.session();
     let admin = served.login(ADMIN);
-    let grpc = served.grpc.clone();
-    let session = id.clone();
-    let run = std::thread::spawn(move || {
-        std::process::Command::new(crate::common::SANDBOXD)
-            .args([
-                "--addr",
-                &format!("http://{grpc}"),
-                "run",
-                "-s",
-                &session,
-                "--",
-            ])
-            .arg("sleep 20")
-            .env("SANDBOXD_TOKEN", ADMIN)
-            .output()
-            .unwrap()
-    });
+    let run = served.run_in_background(&id, "sleep 20");
     let mut seq = None;
     let until = Instant::now() + Duration::from_secs(60);
     while seq.is_none() && Instant::now() < until {
@@ -199,23 +177,10 @@ async fn a_page_and_its_live_stream_lose_and_repeat_nothing() {
     let served = Served::start(true).await;
     let (id, _) = served.session();
     let admin = served.login(ADMIN);
-    let grpc = served.grpc.clone();
-    let session = id.clone();
-    let run = std::thread::spawn(move || {
-        std::process::Command::new(crate::common::SANDBOXD)
-            .args([
-                "--addr",
-                &format!("http://{grpc}"),
-                "run",
-                "-s",
-                &session,
-                "--",
-            ])
-            .arg("sleep 1; for i in $(seq 1 300); do echo line $i; sleep 0.01; done")
-            .env("SANDBOXD_TOKEN", ADMIN)
-            .output()
-            .unwrap()
-    });
+    let run = served.run_in_background(
+        &id,
+        "sleep 1; for i in $(seq 1 300); do echo line $i; sleep 0.01; done",
+    );
     // The command's page, once it has printed something.
     let until = Instant::now() + Duration::from_secs(60);
     let (snapshot, live) = loop {

@@ -135,6 +135,21 @@ impl Served {
         )
     }
 
+    /// Runs `command` in session `id` through the CLI (with the
+    /// operator's token) on a thread of its own: its output, when joined.
+    pub fn run_in_background(
+        &self,
+        id: &str,
+        command: &str,
+    ) -> std::thread::JoinHandle<std::process::Output> {
+        let mut cmd = Command::new(common::SANDBOXD);
+        cmd.arg("--addr")
+            .arg(format!("http://{}", self.grpc))
+            .args(["run", "-s", id, "--", command])
+            .env("SANDBOXD_TOKEN", ADMIN);
+        std::thread::spawn(move || cmd.output().unwrap())
+    }
+
     /// Opens a session: (id, its token).
     pub fn session(&self) -> (String, String) {
         let (code, out) = self.cli(None, &["session", "create", "--export"]);
