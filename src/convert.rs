@@ -4,7 +4,7 @@
 //! `environments`; the file tools in `files`; commands in `commands`;
 //! session reports in `reports`; checkpoints and changes in `history`;
 //! archive uploads and downloads in `archives`; plans and approvals in
-//! `approvals`. A new session's request and its policy's rules are
+//! `approvals`; long-running processes in `processes`. A new session's request and its policy's rules are
 //! converted here, in `convert.rs` itself: the layering test lets only this file (with
 //! `policy` and a few carriers) read the permission rules.
 
@@ -14,6 +14,7 @@ mod commands;
 mod environments;
 mod files;
 mod history;
+mod processes;
 mod reports;
 mod sessions;
 
@@ -22,6 +23,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::pb;
 use crate::policy::Rules;
 use crate::session::NewSession;
+
+pub use processes::signal as process_signal;
 
 fn unix_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

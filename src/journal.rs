@@ -33,10 +33,12 @@ use serde::{Deserialize, Serialize};
 use crate::sandbox::{ExitReport, KilledBy};
 use crate::state::StateDir;
 
+mod processes;
 mod recover;
 mod report;
 mod sink;
 
+pub use processes::{NOTE_INTERRUPTED, ProcessEnd, ProcessRecord};
 pub use recover::Recovered;
 use sink::{Sink, file_name, previous_name};
 
@@ -219,6 +221,8 @@ pub struct Report {
     pub verification: Option<Verification>,
     /// The session's checkpoints (the session fills them in).
     pub checkpoints: Vec<crate::workspace::history::CheckpointInfo>,
+    /// Every process, oldest first.
+    pub processes: Vec<ProcessRecord>,
 }
 
 #[derive(Debug, Default)]
@@ -233,6 +237,7 @@ struct State {
     refused: VecDeque<Refused>,
     touched: BTreeSet<String>,
     last_write: Option<u64>,
+    processes: VecDeque<ProcessRecord>,
 }
 
 /// The journal of one session.
@@ -253,6 +258,8 @@ struct Line<'a> {
     write: Option<&'a FileWrite>,
     #[serde(skip_serializing_if = "Option::is_none")]
     command: Option<&'a CommandRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    process: Option<&'a ProcessRecord>,
     /// The call changed the workspace as a whole (a restore).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     changed_tree: bool,
@@ -265,6 +272,7 @@ struct ReadLine {
     entry: Entry,
     write: Option<FileWrite>,
     command: Option<CommandRecord>,
+    process: Option<ProcessRecord>,
     #[serde(default)]
     changed_tree: bool,
 }
@@ -539,6 +547,20 @@ impl Journal {
         self.append_line(entry, write, command, false);
     }
 
+    fn append_process(&self, entry: Entry, process: &ProcessRecord) {
+        if self.sink.is_some() {
+            self.write_line(&Line {
+                session_id: &self.session,
+                entry: &entry,
+                write: None,
+                command: None,
+                process: Some(process),
+                changed_tree: false,
+            });
+        }
+        self.state().push_entry(entry);
+    }
+
     fn append_line(
         &self,
         entry: Entry,
@@ -552,6 +574,7 @@ impl Journal {
                 entry: &entry,
                 write,
                 command,
+                process: None,
                 changed_tree,
             });
         }
@@ -624,6 +647,9 @@ impl State {
         if let Some(command) = line.command {
             self.running.remove(&command.seq);
             push_capped(&mut self.commands, command);
+        }
+        if let Some(process) = line.process {
+            self.push_process(process);
         }
         self.push_entry(line.entry);
     }

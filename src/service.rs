@@ -51,6 +51,10 @@ pub type DownloadStream =
 /// Events of one SubmitPlan call.
 pub type PlanStream = Pin<Box<dyn Stream<Item = Result<pb::PlanEvent, Status>> + Send>>;
 
+/// Messages of one ReadProcessOutput call.
+pub type ProcessOutputStream =
+    Pin<Box<dyn Stream<Item = Result<pb::ProcessOutput, Status>> + Send>>;
+
 /// Events of one RunCommand call.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<pb::RunCommandEvent, Status>> + Send>>;
 
@@ -439,6 +443,115 @@ impl Sandbox for SandboxService {
             approval_id: decided.id,
             session_id: decided.session,
             outcome: outcome.to_string(),
+        }))
+    }
+
+    async fn start_process(
+        &self,
+        req: Request<pb::StartProcessRequest>,
+    ) -> Reply<pb::StartProcessResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let started = session.start_process(r.into()).await?;
+        Ok(Response::new(started.into()))
+    }
+
+    async fn list_processes(
+        &self,
+        req: Request<pb::ListProcessesRequest>,
+    ) -> Reply<pb::ListProcessesResponse> {
+        let caller = caller(&req);
+        let session = self.registry.get(&caller, &req.into_inner().session_id)?;
+        let processes = session
+            .list_processes()
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(pb::ListProcessesResponse { processes }))
+    }
+
+    type ReadProcessOutputStream = ProcessOutputStream;
+
+    async fn read_process_output(
+        &self,
+        req: Request<pb::ReadProcessOutputRequest>,
+    ) -> Reply<ProcessOutputStream> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let pieces = session.read_process_output(
+            &r.process_id,
+            [r.stdout_offset, r.stderr_offset],
+            r.follow,
+        )?;
+        Ok(Response::new(Box::pin(
+            ReceiverStream::new(pieces).map(|p| Ok(pb::ProcessOutput::from(p))),
+        )))
+    }
+
+    async fn write_process_input(
+        &self,
+        req: Request<pb::WriteProcessInputRequest>,
+    ) -> Reply<pb::WriteProcessInputResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let ack = session
+            .write_process_input(&r.process_id, r.data, r.close)
+            .await?;
+        Ok(Response::new(pb::WriteProcessInputResponse {
+            written: ack.written,
+            closed: ack.closed,
+        }))
+    }
+
+    async fn resize_process(
+        &self,
+        req: Request<pb::ResizeProcessRequest>,
+    ) -> Reply<pb::ResizeProcessResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        session
+            .resize_process(&r.process_id, r.rows, r.cols)
+            .await?;
+        Ok(Response::new(pb::ResizeProcessResponse {}))
+    }
+
+    async fn signal_process(
+        &self,
+        req: Request<pb::SignalProcessRequest>,
+    ) -> Reply<pb::SignalProcessResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let named = pb::ProcessSignal::try_from(r.signal)
+            .ok()
+            .and_then(crate::convert::process_signal);
+        let Some(signal) = named else {
+            return Err(crate::session::Error::InvalidArgument {
+                field: "signal",
+                why: "give PROCESS_SIGNAL_INT, PROCESS_SIGNAL_TERM or PROCESS_SIGNAL_KILL".into(),
+            }
+            .into());
+        };
+        let process = session.signal_process(&r.process_id, signal).await?;
+        Ok(Response::new(pb::SignalProcessResponse {
+            process: Some(process.into()),
+        }))
+    }
+
+    async fn stop_process(
+        &self,
+        req: Request<pb::StopProcessRequest>,
+    ) -> Reply<pb::StopProcessResponse> {
+        let caller = caller(&req);
+        let r = req.into_inner();
+        let session = self.registry.get(&caller, &r.session_id)?;
+        let process = session.stop_process(&r.process_id).await?;
+        Ok(Response::new(pb::StopProcessResponse {
+            process: Some(process.into()),
         }))
     }
 }

@@ -215,6 +215,7 @@ impl From<(String, Reconciled)> for pb::SessionReport {
             plan: r.plan.map(Into::into),
             changed_unplanned,
             changes_unchecked,
+            processes: r.processes.into_iter().map(Into::into).collect(),
             ..pb::SessionReport::from((session_id, r.report))
         }
     }

@@ -2,12 +2,18 @@
 
 use crate::journal::{Outcome, Report};
 use crate::pb;
+use crate::session::ProcessInfo;
 
 impl From<(String, Report)> for pb::SessionReport {
     fn from((session_id, r): (String, Report)) -> Self {
         let plan = r.plan.unwrap_or_default();
         pb::SessionReport {
             session_id,
+            processes: r
+                .processes
+                .iter()
+                .map(|p| ProcessInfo::from_record(p).into())
+                .collect(),
             files_written: r
                 .files_written
                 .into_iter()

@@ -13,7 +13,7 @@ use super::{Files, Journal, ReadLine, StartedLine, State};
 pub struct Recovered {
     /// Entries read back.
     pub entries: u64,
-    /// Commands that were running when the service stopped.
+    /// Commands and processes that were running when the service stopped.
     pub interrupted: u64,
     /// Lines that could not be read (a line cut short by the crash).
     pub unreadable: u64,
@@ -103,6 +103,7 @@ impl Journal {
             found.interrupted += 1;
             journal.interrupted(seq, &command, &cwd, at_ms);
         }
+        found.interrupted += journal.interrupt_processes();
         Ok((journal, found))
     }
 }

@@ -64,6 +64,7 @@ impl Journal {
             plan,
             verification,
             checkpoints: Vec::new(),
+            processes: st.processes.iter().cloned().collect(),
         }
     }
 }

@@ -293,15 +293,20 @@ impl Policy {
     /// operator's rules plus the session's patterns) refuses slips; an ask
     /// rule holds it for approval.
     pub fn check_command(&self, command: &str) -> Result<(), CommandDenied> {
-        self.check_mutation("RunCommand")
-            .map_err(CommandDenied::Policy)?;
+        self.check_command_by("RunCommand", command)
+    }
+
+    /// Like [`Policy::check_command`], for a command `tool` (RunCommand,
+    /// StartProcess) runs.
+    pub fn check_command_by(&self, tool: &'static str, command: &str) -> Result<(), CommandDenied> {
+        self.check_mutation(tool).map_err(CommandDenied::Policy)?;
         self.guard.check(command).map_err(CommandDenied::Guard)?;
         if self.approved_command {
             return Ok(());
         }
         match self.ask.command(command) {
             Some(rule) => Err(CommandDenied::Policy(Denial::NeedsApproval {
-                tool: "RunCommand",
+                tool,
                 path: String::new(),
                 rule,
             })),

@@ -378,6 +378,16 @@ impl Sandbox {
         self.spec.runtime.as_deref() != Some("runsc")
     }
 
+    /// The live supervisor link of `container` (see [`Sandbox::link`]).
+    pub(super) async fn live_link(&self, container: &str) -> Result<Arc<Link>, Error> {
+        self.link(container).await
+    }
+
+    /// See [`Sandbox::replace`].
+    pub(super) async fn replace_container(&self, container: &str) {
+        self.replace(container).await
+    }
+
     /// Kills and removes `container` (its processes were not supervised by
     /// a trusted link), so the next [`Sandbox::ensure`] starts a fresh one.
     async fn replace(&self, container: &str) {
@@ -426,10 +436,14 @@ impl Sandbox {
     /// Bookkeeping after a command ended: a container killed as the hard
     /// stop is replaced before the next command.
     pub async fn finished(&self, container: &str, report: &ExitReport) {
-        if matches!(
-            report.killed_by,
-            KilledBy::Container | KilledBy::ContainerFailed
-        ) {
+        self.ended(container, report.killed_by).await;
+    }
+
+    /// Bookkeeping after a command or process ended by `killed_by`: a
+    /// container killed as the hard stop is replaced before the next
+    /// command.
+    pub async fn ended(&self, container: &str, killed_by: KilledBy) {
+        if matches!(killed_by, KilledBy::Container | KilledBy::ContainerFailed) {
             self.discard(container).await;
         }
     }

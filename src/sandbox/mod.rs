@@ -16,7 +16,8 @@
 //!   store holds;
 //! - [`container`]: [`Sandbox`], the owner of one session's container,
 //!   which starts it, checks its workspace, and picks the path for each
-//!   command.
+//!   command;
+//! - [`process`]: long-running processes, always under the supervisor.
 
 pub mod build;
 pub mod capture;
@@ -26,6 +27,7 @@ pub mod docker;
 pub mod exec_fallback;
 pub mod image;
 pub mod metered;
+pub mod process;
 pub mod runsc;
 pub mod supervisor;
 
@@ -40,6 +42,7 @@ pub use build::{BuildMessage, BuildSpec, BuildStream, ImageInfo};
 pub use capture::Captured;
 pub use command::{CommandSpec, Event, ExitReport, KilledBy, LimitHints};
 pub use container::{NOTE_PIDS, NOTE_REPLACED, Sandbox, Started};
+pub use process::{Process, ProcessEvent, ProcessEvents, ProcessExit, ProcessSignal, ProcessSpec};
 
 /// Why a sandbox operation failed. Variants name the operation.
 #[derive(Debug, thiserror::Error)]

@@ -113,11 +113,12 @@ impl Session {
             .map_err(Error::Denied)?;
         // Refused before anything is stopped: an unknown id stops nothing.
         self.history.info(id).await?;
-        let running = self.running.load(Ordering::SeqCst);
+        let running = self.running.load(Ordering::SeqCst) + self.processes.running().len();
         if running > 0 && !stop {
             return Err(Error::CommandRunning { running }.into());
         }
         if running > 0 {
+            self.processes.ending_with_sandbox(super::tools::NOTE_RESET);
             self.sandbox.reset(true).await?;
             self.set_sandbox_status(None);
         }

@@ -29,7 +29,7 @@ impl Session {
     ) -> Result<Gated<mpsc::Receiver<Event>>, failure::Error> {
         let started = Instant::now();
         let command = req.command.clone();
-        let spec = match self.gated_command(req).await {
+        let spec = match self.gated_command("RunCommand", req).await {
             Ok(Gated::Done(spec)) => spec,
             Ok(Gated::Rejected(r)) => {
                 self.journal_rejected("RunCommand", &command, started, &r);
@@ -121,38 +121,44 @@ impl Session {
         Ok(Gated::Done(rx))
     }
 
-    /// The command `req` asks for, as [`Session::command_spec`] checks it;
-    /// when an ask rule holds it, once a person approved it.
-    async fn gated_command(
+    /// The command `req` asks `tool` (RunCommand, StartProcess) to run, as
+    /// [`Session::command_spec`] checks it; when an ask rule holds it, once
+    /// a person approved it.
+    pub(super) async fn gated_command(
         &self,
+        tool: &'static str,
         req: CommandRequest,
     ) -> Result<Gated<CommandSpec>, failure::Error> {
         let policy = self.policy();
-        let rule = match policy.check_command(&req.command) {
+        let rule = match policy.check_command_by(tool, &req.command) {
             Err(CommandDenied::Policy(Denial::NeedsApproval { rule, .. })) => rule,
-            _ => return self.command_spec(req, &policy).await.map(Gated::Done),
+            _ => return self.command_spec(tool, req, &policy).await.map(Gated::Done),
         };
         // Checked whole before anyone is asked: a person never approves a
         // command that would be refused anyway.
         let approved = policy.approving_command();
-        self.command_spec(req.clone(), &approved).await?;
+        self.command_spec(tool, req.clone(), &approved).await?;
         let asked = Asked::Call {
-            tool: "RunCommand",
+            tool,
             summary: req.command.clone(),
             rule,
             path: String::new(),
             command: req.command.clone(),
         };
         match self.ask(asked).await? {
-            Approval::Approved { .. } => self.command_spec(req, &approved).await.map(Gated::Done),
+            Approval::Approved { .. } => self
+                .command_spec(tool, req, &approved)
+                .await
+                .map(Gated::Done),
             Approval::Rejected(r) => Ok(Gated::Rejected(r)),
         }
     }
 
-    /// The command `req` asks for, checked against the guard, `policy`
-    /// and the ceilings, with the operator's defaults filled in.
+    /// The command `req` asks `tool` to run, checked against the guard,
+    /// `policy` and the ceilings, with the operator's defaults filled in.
     async fn command_spec(
         &self,
+        tool: &'static str,
         req: CommandRequest,
         policy: &Policy,
     ) -> Result<CommandSpec, failure::Error> {
@@ -172,7 +178,7 @@ impl Session {
             .into());
         }
         policy
-            .check_command(&req.command)
+            .check_command_by(tool, &req.command)
             .map_err(|denied| match denied {
                 CommandDenied::Policy(denial) => Error::Denied(denial),
                 CommandDenied::Guard(refusal) => Error::CommandRefused(refusal),

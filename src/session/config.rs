@@ -174,6 +174,10 @@ pub struct SandboxConfig {
     pub default_cap: u64,
     /// Ceiling on a requested cap.
     pub max_cap: u64,
+    /// Long-running processes a session may have running at once.
+    pub max_processes: usize,
+    /// Bytes kept per output stream of each process (head and tail).
+    pub process_output_bytes: u64,
     /// The slip guard.
     pub guard: SlipGuard,
     /// Environment of every container; a session's own env overrides it.
@@ -221,6 +225,8 @@ impl SandboxConfig {
             max_timeout: Duration::from_millis(defaults::MAX_TIMEOUT_MS),
             default_cap: defaults::OUTPUT_CAP,
             max_cap: defaults::MAX_OUTPUT_CAP,
+            max_processes: defaults::MAX_PROCESSES,
+            process_output_bytes: defaults::PROCESS_OUTPUT_BYTES,
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
@@ -436,6 +442,12 @@ impl SandboxConfig {
     /// commands default to `default`.
     pub(super) fn timeout(&self, asked: Duration, default: Duration) -> Result<Duration, Error> {
         pick("timeout_ms", asked, default, self.max_timeout, millis)
+    }
+
+    /// How long StartProcess waits for readiness when asked for `asked`.
+    pub(super) fn ready_timeout(&self, asked: Duration) -> Result<Duration, Error> {
+        let default = Duration::from_millis(defaults::READY_TIMEOUT_MS).min(self.max_timeout);
+        pick("ready.timeout_ms", asked, default, self.max_timeout, millis)
     }
 
     /// The default timeout of a session's commands, for a session asking

@@ -30,6 +30,16 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 pub const OUTPUT_CAP: u64 = 4000;
 /// Ceiling on a requested output cap.
 pub const MAX_OUTPUT_CAP: u64 = 1_000_000;
+/// Long-running processes a session may have running at once.
+pub const MAX_PROCESSES: usize = 16;
+/// Bytes of output kept per stream of each process: its head (a quarter)
+/// and its most recent tail.
+pub const PROCESS_OUTPUT_BYTES: u64 = 256 << 10;
+/// Ceiling on the operator's setting of [`PROCESS_OUTPUT_BYTES`].
+pub const MAX_PROCESS_OUTPUT_BYTES: u64 = 64 << 20;
+/// How long StartProcess waits for readiness when the request gives no
+/// time limit.
+pub const READY_TIMEOUT_MS: u64 = 30_000;
 /// Container memory limit when the session asks for none, in bytes.
 pub const MEMORY_BYTES: u64 = 1 << 30;
 /// Ceiling on a session's memory limit, in bytes.

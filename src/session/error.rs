@@ -122,12 +122,62 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
-    /// Commands run in the session, and the call may not stop them.
+    /// Commands or processes run in the session, and the call may not
+    /// stop them.
     #[error("{running} commands are running")]
     CommandRunning {
         /// How many.
         running: usize,
     },
+    /// No process of the session has this id.
+    #[error("process {id:?} does not exist")]
+    ProcessNotFound {
+        /// The id as given.
+        id: String,
+    },
+    /// The session runs its ceiling of processes.
+    #[error("{max} processes are running")]
+    TooManyProcesses {
+        /// The ceiling.
+        max: usize,
+        /// The running ones, "p3 `command`".
+        running: Vec<String>,
+    },
+    /// The process ended: it takes no input, resize or signal.
+    #[error("process {id} ended: {how}")]
+    ProcessEnded {
+        /// Its id.
+        id: String,
+        /// How it ended.
+        how: String,
+    },
+    /// The process's input is closed, or was never opened.
+    #[error("the input of process {id} is closed")]
+    ProcessInputClosed {
+        /// Its id.
+        id: String,
+        /// It was started without `stdin` or `pty`.
+        never_opened: bool,
+    },
+    /// The process did not take its input in time, or could not.
+    #[error("process {id} did not take its input: {why}")]
+    ProcessNotReading {
+        /// Its id.
+        id: String,
+        /// Bytes it took.
+        written: u64,
+        /// Why.
+        why: String,
+    },
+    /// ResizeProcess on a process with no terminal.
+    #[error("process {id} has no terminal")]
+    NoTerminal {
+        /// Its id.
+        id: String,
+    },
+    /// Processes need the sandbox's supervisor, which is not there.
+    #[error("processes need the sandbox's supervisor: {0}")]
+    ProcessesUnavailable(String),
 }
 
 /// A token that admits less than the operator's.

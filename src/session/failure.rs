@@ -20,6 +20,7 @@ mod environment;
 mod history;
 mod patch;
 mod policy;
+mod processes;
 mod sandbox;
 mod scan;
 mod sessions;
@@ -155,6 +156,13 @@ pub mod reason {
     pub const APPROVAL_UNAVAILABLE: &str = "APPROVAL_UNAVAILABLE";
     pub const INVALID_PLAN: &str = "INVALID_PLAN";
     pub const APPROVAL_NOT_FOUND: &str = "APPROVAL_NOT_FOUND";
+    pub const PROCESS_NOT_FOUND: &str = "PROCESS_NOT_FOUND";
+    pub const TOO_MANY_PROCESSES: &str = "TOO_MANY_PROCESSES";
+    pub const PROCESS_ENDED: &str = "PROCESS_ENDED";
+    pub const PROCESS_INPUT_CLOSED: &str = "PROCESS_INPUT_CLOSED";
+    pub const PROCESS_NOT_READING: &str = "PROCESS_NOT_READING";
+    pub const NOT_A_TERMINAL: &str = "NOT_A_TERMINAL";
+    pub const PROCESSES_UNAVAILABLE: &str = "PROCESSES_UNAVAILABLE";
 }
 
 /// An error as the caller sees it: status code, stable reason, message for

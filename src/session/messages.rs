@@ -180,3 +180,80 @@ pub(super) fn check_env(field: &'static str, env: &BTreeMap<String, String>) -> 
     }
     Ok(())
 }
+
+/// What the caller asks of a long-running process.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessRequest {
+    /// Shell command line.
+    pub command: String,
+    /// Working directory relative to the workspace.
+    pub cwd: String,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// Open a pipe to its input.
+    pub stdin: bool,
+    /// Run it on a terminal of (rows, columns); 0 means the default.
+    pub pty: Option<(u32, u32)>,
+    /// Answer once this holds.
+    pub ready: Option<ReadyOn>,
+    /// How long to wait for it; zero means the default.
+    pub ready_timeout: Duration,
+}
+
+/// When a process is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyOn {
+    /// This TCP port listens in the container.
+    Port(u32),
+    /// A line of its output matches this regular expression.
+    Output(String),
+}
+
+/// What came of waiting for a process to be ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyState {
+    /// No readiness was asked for.
+    NotAsked,
+    /// It is ready.
+    Ready,
+    /// It ended first.
+    Exited,
+    /// The time limit passed first; it runs on.
+    TimedOut,
+}
+
+/// A process just started, and how its readiness went.
+#[derive(Debug, Clone)]
+pub struct StartedProcess {
+    /// The process now.
+    pub info: super::process_table::ProcessInfo,
+    /// What came of the wait.
+    pub ready_state: ReadyState,
+    /// From the start to ready.
+    pub ready_ms: u64,
+    /// The last characters of its stdout so far.
+    pub stdout_tail: String,
+    /// The last characters of its stderr so far.
+    pub stderr_tail: String,
+}
+
+/// One message of a ReadProcessOutput.
+#[derive(Debug, Clone)]
+pub enum OutputPiece {
+    /// Kept bytes of one stream.
+    Chunk {
+        /// Of stderr (else stdout).
+        stderr: bool,
+        /// The bytes and where they are.
+        read: super::process_table::Read,
+    },
+    /// The last message: where to read on from, and the process now.
+    End {
+        /// Offset to continue stdout from.
+        stdout_offset: u64,
+        /// Offset to continue stderr from.
+        stderr_offset: u64,
+        /// The process.
+        info: super::process_table::ProcessInfo,
+    },
+}

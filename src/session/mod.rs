@@ -17,12 +17,16 @@
 //!   that a restarted service brings it back;
 //! - `archives`: tar archives in and out of a session's workspace;
 //! - `checkpoints`: a session's checkpoints and changes;
+//! - `processes`: a session's long-running processes, started, followed,
+//!   given input, signalled and stopped;
 //! - `command`: running a command in a session's container;
 //! - `gate`: a call an `ask` rule holds, waiting for a person;
 //! - `tools`: a session and its file tools, each call journaled;
 //! - `failure`: every domain error rolled up, and the one table saying
 //!   what a caller is told about each (the journal records the same words);
 //! - `messages`: what callers ask and get back;
+//! - `process_table`: each process's state and kept output, and the
+//!   session's table of them;
 //! - `config`: operator settings, and the one rule for a value set under a
 //!   ceiling (0 means the default, above the ceiling is refused);
 //! - `slots`: each session's fair share of the transfer slots, and the
@@ -49,6 +53,8 @@ mod messages;
 mod plans;
 mod pool;
 mod prepare;
+mod process_table;
+mod processes;
 mod records;
 mod registry;
 mod reports;
@@ -63,9 +69,11 @@ pub use checkpoints::Restore;
 pub use config::{ApprovalConfig, ArchiveConfig, Config, HistoryConfig, SandboxConfig};
 pub use error::{Error, StartError, Token};
 pub use messages::{
-    Caller, Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, Reset,
+    Caller, Closed, CommandRequest, EnvironmentInfo, Info, NewEnvironment, NewSession, OutputPiece,
+    ProcessRequest, ReadyOn, ReadyState, Reset, StartedProcess,
 };
 pub use plans::PlanEvent;
+pub use process_table::{InputAck, ProcessInfo, ProcessState, Read};
 pub use registry::Registry;
 pub use reports::Reconciled;
 pub use slots::{MinRate, Shares, TooSlow};

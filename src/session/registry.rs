@@ -362,6 +362,9 @@ impl Registry {
             .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
         self.token_table().remove(&session.token_hash);
         self.approvals.withdraw_session(id);
+        session
+            .processes
+            .ending_with_sandbox(super::tools::NOTE_CLOSED);
         if let Err(e) = session.sandbox.close().await {
             tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
         }
@@ -393,7 +396,9 @@ impl Registry {
         let expired: Vec<String> = self
             .table()
             .values()
-            .filter(|s| s.running.load(Ordering::SeqCst) == 0)
+            .filter(|s| {
+                s.running.load(Ordering::SeqCst) == 0 && s.following.load(Ordering::SeqCst) == 0
+            })
             .filter(|s| !self.approvals.waits_for(&s.id))
             .filter(|s| s.idle_for(now) >= s.ttl)
             .map(|s| s.id.clone())
@@ -442,6 +447,12 @@ impl Registry {
 /// Puts a durable session away at shutdown: removes its container and
 /// lets go of its workspace's mount, keeping the workspace.
 async fn put_away(session: &Session) {
+    // Its processes go with the container; the service that comes back
+    // lists them as interrupted, as after a crash.
+    session.journal.interrupt_processes();
+    session
+        .processes
+        .ending_with_sandbox(crate::journal::NOTE_INTERRUPTED);
     if let Err(e) = session.sandbox.close().await {
         tracing::warn!(session = %session.id, error = %e, "cannot remove the session's container");
     }

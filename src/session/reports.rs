@@ -23,6 +23,8 @@ pub struct Reconciled {
     /// With a plan: paths changed since the session began (by anything)
     /// that the plan does not name; `Err` says why they could not be read.
     pub changed_unplanned: Option<Result<Vec<String>, String>>,
+    /// Every process of the session, as ListProcesses shows them.
+    pub processes: Vec<super::process_table::ProcessInfo>,
 }
 
 impl Session {
@@ -76,6 +78,7 @@ impl Session {
             report,
             plan: approved,
             changed_unplanned,
+            processes: self.process_list(),
         })
     }
 
@@ -98,6 +101,7 @@ impl Session {
             report,
             plan: approved,
             changed_unplanned,
+            processes: self.process_list(),
         }
     }
 

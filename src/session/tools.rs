@@ -52,6 +52,11 @@ pub struct Session {
     pub(super) notes: Vec<String>,
     /// Commands running now: a session with one is never idle.
     pub(super) running: AtomicUsize,
+    /// Readers following a process's output now: a session with one is
+    /// never idle either.
+    pub(super) following: AtomicUsize,
+    /// Its long-running processes.
+    pub(super) processes: super::process_table::Processes,
     /// Its commands as viewers see them.
     pub watch: super::watch::Watch,
     pub(super) ttl: Duration,
@@ -73,6 +78,12 @@ pub struct Session {
     /// services only).
     pub(super) records: Option<Arc<crate::state::StateDir>>,
 }
+
+/// Said of a process a reset of its sandbox ended.
+pub(super) const NOTE_RESET: &str =
+    "it ended with its sandbox: ResetSandbox killed the container and every process in it";
+/// Said of a process its session's close ended.
+pub(super) const NOTE_CLOSED: &str = "it ended with its session, which was closed";
 
 fn plural_edits(n: usize) -> String {
     if n == 1 {
@@ -165,7 +176,10 @@ impl Session {
     pub async fn reset_sandbox(&self) -> Result<Reset, failure::Error> {
         let started = Instant::now();
         let result = match self.policy().check_mutation("ResetSandbox") {
-            Ok(()) => self.sandbox.reset(true).await.map_err(Into::into),
+            Ok(()) => {
+                self.processes.ending_with_sandbox(NOTE_RESET);
+                self.sandbox.reset(true).await.map_err(Into::into)
+            }
             Err(denial) => Err(Error::Denied(denial).into()),
         };
         let result = result.map(|container| {

@@ -58,6 +58,16 @@ pub struct LimitArgs {
     /// Size of each container's /tmp tmpfs, in bytes.
     #[arg(long, env = "SANDBOXD_TMP_BYTES", default_value_t = defaults::TMP_BYTES)]
     tmp_bytes: u64,
+    /// Long-running processes (StartProcess) a session may have running at
+    /// once.
+    #[arg(long, env = "SANDBOXD_MAX_PROCESSES", default_value_t = defaults::MAX_PROCESSES as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    max_processes: u64,
+    /// Bytes of output kept per stream of each process: the first quarter
+    /// and the most recent rest (at most 64 MiB).
+    #[arg(long, env = "SANDBOXD_PROCESS_OUTPUT_BYTES", default_value_t = defaults::PROCESS_OUTPUT_BYTES,
+          value_parser = clap::value_parser!(u64).range(4096..=defaults::MAX_PROCESS_OUTPUT_BYTES))]
+    process_output_bytes: u64,
 }
 
 impl LimitArgs {
@@ -82,5 +92,7 @@ impl LimitArgs {
         sandbox.max_timeout = Duration::from_millis(self.max_timeout_ms);
         sandbox.default_cap = self.default_output_cap;
         sandbox.max_cap = self.max_output_cap;
+        sandbox.max_processes = self.max_processes as usize;
+        sandbox.process_output_bytes = self.process_output_bytes;
     }
 }

@@ -12,7 +12,7 @@ use crate::sandbox::KilledBy;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Request {
     /// The request.
-    #[prost(oneof = "request::Kind", tags = "1, 2")]
+    #[prost(oneof = "request::Kind", tags = "1, 2, 3, 4, 5, 6")]
     pub kind: Option<request::Kind>,
 }
 
@@ -24,10 +24,103 @@ pub mod request {
         /// Start a command.
         #[prost(message, tag = "1")]
         Spawn(super::Spawn),
-        /// Stop a command (the client went away): run the ladder.
+        /// Stop a command (the client went away) or a process: run the
+        /// ladder.
         #[prost(uint64, tag = "2")]
         Cancel(u64),
+        /// Start a long-running process.
+        #[prost(message, tag = "3")]
+        Start(super::StartProcess),
+        /// Write to a process's input.
+        #[prost(message, tag = "4")]
+        Input(super::Input),
+        /// Resize a process's terminal.
+        #[prost(message, tag = "5")]
+        Resize(super::Resize),
+        /// Send a signal to a process's group.
+        #[prost(message, tag = "6")]
+        Signal(super::SignalGroup),
     }
+}
+
+/// Start a long-running process: like [`Spawn`], with no timeout and no
+/// cap (its output streams whole; the service keeps what it keeps).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StartProcess {
+    /// Chosen by the service, unique per supervisor.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Run with /bin/sh -c.
+    #[prost(string, tag = "2")]
+    pub command: String,
+    /// Absolute working directory.
+    #[prost(string, tag = "3")]
+    pub cwd: String,
+    /// Extra environment, `KEY=VALUE`.
+    #[prost(string, repeated, tag = "4")]
+    pub env: Vec<String>,
+    /// Open a pipe to its stdin.
+    #[prost(bool, tag = "5")]
+    pub stdin: bool,
+    /// Run it on a terminal of this size.
+    #[prost(message, optional, tag = "6")]
+    pub pty: Option<Resize>,
+    /// Say [`event::Kind::Listening`] once this TCP port listens (0: no).
+    #[prost(uint32, tag = "7")]
+    pub ready_port: u32,
+}
+
+/// Bytes for a process's input.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Input {
+    /// The process.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// The bytes.
+    #[prost(bytes = "vec", tag = "2")]
+    pub data: Vec<u8>,
+    /// Close the input after them.
+    #[prost(bool, tag = "3")]
+    pub close: bool,
+}
+
+/// A terminal's size (for [`StartProcess::pty`] and resizing).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Resize {
+    /// The process (0 inside a start).
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Rows.
+    #[prost(uint32, tag = "2")]
+    pub rows: u32,
+    /// Columns.
+    #[prost(uint32, tag = "3")]
+    pub cols: u32,
+}
+
+/// A signal for a process's group.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SignalGroup {
+    /// The process.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// INT, TERM or KILL, by number (2, 15, 9); no other is sent.
+    #[prost(int32, tag = "2")]
+    pub signal: i32,
+}
+
+/// What became of a process's input.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InputDone {
+    /// Bytes the process took.
+    #[prost(uint64, tag = "1")]
+    pub written: u64,
+    /// The input is closed now.
+    #[prost(bool, tag = "2")]
+    pub closed: bool,
+    /// Why not all were taken.
+    #[prost(string, tag = "3")]
+    pub error: String,
 }
 
 /// Start a command.
@@ -63,7 +156,7 @@ pub struct Event {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     /// The event.
-    #[prost(oneof = "event::Kind", tags = "7, 4, 5, 6")]
+    #[prost(oneof = "event::Kind", tags = "7, 4, 5, 6, 8, 9, 10, 11, 12, 13")]
     pub kind: Option<event::Kind>,
 }
 
@@ -87,6 +180,24 @@ pub mod event {
         /// The end.
         #[prost(message, tag = "6")]
         Exit(super::Exit),
+        /// A process started, with this pid in the container.
+        #[prost(uint32, tag = "8")]
+        Started(u32),
+        /// A process's stdout (or terminal) bytes, all of them.
+        #[prost(bytes = "vec", tag = "9")]
+        Out(Vec<u8>),
+        /// A process's stderr bytes, all of them.
+        #[prost(bytes = "vec", tag = "10")]
+        Err(Vec<u8>),
+        /// The port a process was to open listens.
+        #[prost(uint32, tag = "11")]
+        Listening(u32),
+        /// CPU time of a process's group so far, in milliseconds.
+        #[prost(uint64, tag = "12")]
+        Usage(u64),
+        /// What became of the last [`super::Input`].
+        #[prost(message, tag = "13")]
+        InputDone(super::InputDone),
     }
 }
 
@@ -112,6 +223,9 @@ pub struct Exit {
     /// The command could not be started; why.
     #[prost(string, tag = "6")]
     pub spawn_error: String,
+    /// The signal that ended it, 0 if none did.
+    #[prost(int32, tag = "7")]
+    pub signal: i32,
 }
 
 impl Exit {

@@ -25,6 +25,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::frames::{self, Decoder, event, request};
+
+mod process;
 use crate::sandbox::capture::Capture;
 use crate::sandbox::command::{KilledBy, TERM_GRACE};
 
@@ -147,6 +149,7 @@ where
         .await;
 
     let mut cancels: HashMap<u64, oneshot::Sender<()>> = HashMap::new();
+    let processes = process::Table::default();
     let mut decoder = Decoder::default();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -171,6 +174,20 @@ where
                         let _ = c.send(());
                     }
                 }
+                Some(request::Kind::Start(start)) => {
+                    let (cancel_tx, cancel_rx) = oneshot::channel();
+                    cancels.insert(start.id, cancel_tx);
+                    tokio::spawn(process::run(
+                        start,
+                        user,
+                        tx.clone(),
+                        cancel_rx,
+                        processes.clone(),
+                    ));
+                }
+                Some(request::Kind::Input(input)) => processes.input(input, &tx),
+                Some(request::Kind::Resize(size)) => processes.resize(&size),
+                Some(request::Kind::Signal(signal)) => processes.signal(&signal),
                 None => {}
             }
         }
@@ -209,72 +226,16 @@ async fn run_one(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    // Prepared before the fork: the child may not allocate.
-    let Ok(cwd) = std::ffi::CString::new(spawn.cwd.clone()) else {
-        let exit = frames::Exit {
-            exit_code: 127,
-            spawn_error: format!("the working directory {:?} contains a NUL byte", spawn.cwd),
-            ..Default::default()
-        };
-        send(event::Kind::Exit(exit)).await;
-        return;
-    };
-    // In the child, in this order: while still root, make the command the
-    // OOM killer's first choice (a process that changed its uid may no
-    // longer open its /proc files; pinning the score against the command
-    // lowering it again would take CAP_SYS_RESOURCE, which hosts such as
-    // this one's VM do not grant); then become the session's user (no
-    // groups, no capabilities left); only then enter the working directory,
-    // which root without DAC override may not be allowed to.
-    // SAFETY: runs in the child between fork and exec, and makes only
-    // async-signal-safe system calls on data prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Ok(fd) = rustix::fs::open(
-                c"/proc/self/oom_score_adj",
-                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            ) {
-                let _ = rustix::io::write(&fd, b"1000");
-            }
-            if let Some((uid, gid)) = user {
-                // The child is single-threaded: the thread calls are the
-                // process's.
-                rustix::thread::set_thread_groups(&[])?;
-                let gid = rustix::fs::Gid::from_raw(gid);
-                rustix::thread::set_thread_res_gid(gid, gid, gid)?;
-                let uid = rustix::fs::Uid::from_raw(uid);
-                rustix::thread::set_thread_res_uid(uid, uid, uid)?;
-            }
-            rustix::process::chdir(cwd.as_c_str())?;
-            Ok(())
-        });
-    }
-    for kv in &spawn.env {
-        if let Some((k, v)) = kv.split_once('=') {
-            cmd.env(k, v);
-        }
-    }
-    // Right after a fork bomb is killed the pids limit can still be full
-    // until init reaps the dead: fork's EAGAIN is then worth a short wait.
-    let spawn_until = Instant::now() + SPAWN_RETRY;
-    let spawned = loop {
-        match cmd.spawn() {
-            Err(e)
-                if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error())
-                    && Instant::now() < spawn_until =>
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => break other,
-        }
+    let spawned = match prepare(&mut cmd, &spawn.cwd, &spawn.env, user) {
+        Ok(()) => spawn_retrying(&mut cmd).await.map_err(|e| e.to_string()),
+        Err(why) => Err(why),
     };
     let mut child = match spawned {
         Ok(child) => child,
-        Err(e) => {
+        Err(why) => {
             let exit = frames::Exit {
                 exit_code: 127,
-                spawn_error: format!("cannot start /bin/sh in {}: {e}", spawn.cwd),
+                spawn_error: format!("cannot start /bin/sh in {}: {why}", spawn.cwd),
                 ..Default::default()
             };
             send(event::Kind::Exit(exit)).await;
@@ -341,8 +302,81 @@ async fn run_one(
         stdout: Some(stdout.finish().into()),
         stderr: Some(stderr.finish().into()),
         spawn_error: String::new(),
+        signal: status.and_then(|s| s.signal()).unwrap_or(0),
     };
     send(event::Kind::Exit(exit)).await;
+}
+
+/// Makes `cmd` start as a command of the session: the OOM killer's first
+/// choice, as the session's `user`, in `cwd`, with `env` added. Refuses a
+/// working directory that contains a NUL byte.
+fn prepare(
+    cmd: &mut tokio::process::Command,
+    cwd: &str,
+    env: &[String],
+    user: Option<(u32, u32)>,
+) -> Result<(), String> {
+    // Prepared before the fork: the child may not allocate.
+    let Ok(cwd) = std::ffi::CString::new(cwd) else {
+        return Err("the working directory contains a NUL byte".into());
+    };
+    // In the child, in this order: while still root, make the command the
+    // OOM killer's first choice (a process that changed its uid may no
+    // longer open its /proc files; pinning the score against the command
+    // lowering it again would take CAP_SYS_RESOURCE, which hosts such as
+    // this one's VM do not grant); then become the session's user (no
+    // groups, no capabilities left); only then enter the working directory,
+    // which root without DAC override may not be allowed to.
+    // SAFETY: runs in the child between fork and exec, and makes only
+    // async-signal-safe system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Ok(fd) = rustix::fs::open(
+                c"/proc/self/oom_score_adj",
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            ) {
+                let _ = rustix::io::write(&fd, b"1000");
+            }
+            if let Some((uid, gid)) = user {
+                // The child is single-threaded: the thread calls are the
+                // process's.
+                rustix::thread::set_thread_groups(&[])?;
+                let gid = rustix::fs::Gid::from_raw(gid);
+                rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+                let uid = rustix::fs::Uid::from_raw(uid);
+                rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+            }
+            rustix::process::chdir(cwd.as_c_str())?;
+            Ok(())
+        });
+    }
+    for kv in env {
+        if let Some((k, v)) = kv.split_once('=') {
+            cmd.env(k, v);
+        }
+    }
+    Ok(())
+}
+
+/// Spawns `cmd`. Right after a fork bomb is killed the pids limit can
+/// still be full until init reaps the dead: fork's EAGAIN is then worth a
+/// short wait.
+async fn spawn_retrying(
+    cmd: &mut tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    let spawn_until = Instant::now() + SPAWN_RETRY;
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error())
+                    && Instant::now() < spawn_until =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// SIGTERM to the group, grace, SIGKILL, grace. Returns the rung that
@@ -388,9 +422,14 @@ struct Reader<R> {
 
 impl<R: AsyncRead + Unpin> Reader<R> {
     fn new(pipe: R) -> Self {
+        Self::sized(pipe, 64 * 1024)
+    }
+
+    /// A reader of at most `size` bytes at a time.
+    fn sized(pipe: R, size: usize) -> Self {
         Reader {
             pipe,
-            buf: vec![0; 64 * 1024],
+            buf: vec![0; size],
         }
     }
 }

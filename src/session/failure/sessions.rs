@@ -5,7 +5,7 @@ use tonic::Code;
 
 use super::{
     Described, approval_not_found_status, denial_status, invalid_plan_status, not_permitted_status,
-    reason, status, unavailable_status, volume_status,
+    processes, reason, status, unavailable_status, volume_status,
 };
 use crate::session::error as session;
 
@@ -80,9 +80,10 @@ pub(super) fn session_status(err: &session::Error) -> Described {
             Code::FailedPrecondition,
             reason::COMMAND_RUNNING,
             format!(
-                "{running} command(s) are running in the session, and a restore under them would race \
-                 their writes. Nothing was changed. Wait for them to end, or ask again with \
-                 stop_commands to reset the sandbox (stopping every process in it) first."
+                "{running} command(s) or process(es) are running in the session, and a restore under \
+                 them would race their writes. Nothing was changed. Wait for the commands to end and \
+                 stop the processes (StopProcess), or ask again with stop_commands to reset the \
+                 sandbox (stopping every process in it) first."
             ),
             &[("running", running.to_string())],
         ),
@@ -111,6 +112,13 @@ pub(super) fn session_status(err: &session::Error) -> Described {
             &[("rule", refusal.reason.clone())],
         ),
         S::Denied(denial) => denial_status(denial),
+        S::ProcessNotFound { id } => processes::not_found(id),
+        S::TooManyProcesses { max, running } => processes::too_many(*max, running),
+        S::ProcessEnded { id, how } => processes::ended(id, how),
+        S::ProcessInputClosed { id, never_opened } => processes::input_closed(id, *never_opened),
+        S::ProcessNotReading { id, written, why } => processes::not_reading(id, *written, why),
+        S::NoTerminal { id } => processes::no_terminal(id),
+        S::ProcessesUnavailable(why) => processes::unavailable(why),
         S::InvalidPolicy(e) => status(
             Code::InvalidArgument,
             reason::INVALID_POLICY,

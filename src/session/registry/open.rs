@@ -208,6 +208,8 @@ impl Registry {
             notes,
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
+            following: AtomicUsize::new(0),
+            processes: Default::default(),
             watch: Default::default(),
             ttl,
             default_timeout,

@@ -166,6 +166,8 @@ impl Registry {
             notes,
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
+            following: AtomicUsize::new(0),
+            processes: Default::default(),
             watch: Default::default(),
             ttl: std::time::Duration::from_millis(record.ttl_ms),
             default_timeout: std::time::Duration::from_millis(record.default_timeout_ms),

@@ -28,6 +28,7 @@
 #[cfg(test)]
 mod blind;
 mod peer;
+mod process;
 mod relay;
 
 use std::collections::HashMap;
@@ -353,7 +354,7 @@ impl Link {
             .await;
     }
 
-    fn forget(&self, id: u64) {
+    pub(in crate::sandbox) fn forget(&self, id: u64) {
         self.routes
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -82,7 +82,16 @@ impl Supervised {
                             self.link.cancel(self.id).await;
                         }
                     }
-                    Some(event::Kind::Ready(_)) => {}
+                    // Not a command's: dropped.
+                    Some(
+                        event::Kind::Ready(_)
+                        | event::Kind::Started(_)
+                        | event::Kind::Out(_)
+                        | event::Kind::Err(_)
+                        | event::Kind::Listening(_)
+                        | event::Kind::Usage(_)
+                        | event::Kind::InputDone(_),
+                    ) => {}
                     // The supervisor died (or the container with it).
                     None => break Err(LOST),
                 },
