@@ -33,6 +33,7 @@ mod local_service;
 mod long_suites;
 mod metrics;
 mod policy;
+mod processes;
 mod report;
 mod restart_deep;
 mod restart_moved;

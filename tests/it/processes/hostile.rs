@@ -1,0 +1,1 @@
+//! Processes that fight back.

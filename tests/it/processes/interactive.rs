@@ -1,0 +1,1 @@
+//! Programs that read their input: on a terminal and on a pipe.
