@@ -244,11 +244,84 @@ async fn every_session_call(c: &mut Raw, token: &str, id: &str) -> Vec<(&'static
         .reset_sandbox(with(token, pb::ResetSandboxRequest { session_id: s() }))
         .await;
     out.push(("ResetSandbox", got(reset.map(drop))));
+    let start = c
+        .start_process(with(
+            token,
+            pb::StartProcessRequest {
+                session_id: s(),
+                command: "true".into(),
+                ..Default::default()
+            },
+        ))
+        .await;
+    out.push(("StartProcess", got(start.map(drop))));
+    let list = c
+        .list_processes(with(token, pb::ListProcessesRequest { session_id: s() }))
+        .await;
+    out.push(("ListProcesses", got(list.map(drop))));
+    // A made-up process is not found once admitted.
+    let known = |r: String| r.replace("PROCESS_NOT_FOUND", "");
+    let output = c
+        .read_process_output(with(
+            token,
+            pb::ReadProcessOutputRequest {
+                session_id: s(),
+                process_id: "p999999".into(),
+                ..Default::default()
+            },
+        ))
+        .await;
+    out.push(("ReadProcessOutput", known(got(output.map(drop)))));
+    let input = c
+        .write_process_input(with(
+            token,
+            pb::WriteProcessInputRequest {
+                session_id: s(),
+                process_id: "p999999".into(),
+                data: b"x".to_vec(),
+                close: false,
+            },
+        ))
+        .await;
+    out.push(("WriteProcessInput", known(got(input.map(drop)))));
+    let resize = c
+        .resize_process(with(
+            token,
+            pb::ResizeProcessRequest {
+                session_id: s(),
+                process_id: "p999999".into(),
+                rows: 10,
+                cols: 10,
+            },
+        ))
+        .await;
+    out.push(("ResizeProcess", known(got(resize.map(drop)))));
+    let signal = c
+        .signal_process(with(
+            token,
+            pb::SignalProcessRequest {
+                session_id: s(),
+                process_id: "p999999".into(),
+                signal: pb::ProcessSignal::Term.into(),
+            },
+        ))
+        .await;
+    out.push(("SignalProcess", known(got(signal.map(drop)))));
+    let stop = c
+        .stop_process(with(
+            token,
+            pb::StopProcessRequest {
+                session_id: s(),
+                process_id: "p999999".into(),
+            },
+        ))
+        .await;
+    out.push(("StopProcess", known(got(stop.map(drop)))));
     out
 }
 
 /// The calls [`every_session_call`] makes, in its order.
-const ON_A_SESSION: [&str; 18] = [
+const ON_A_SESSION: [&str; 25] = [
     "GetSession",
     "ReadFile",
     "CreateFile",
@@ -267,6 +340,13 @@ const ON_A_SESSION: [&str; 18] = [
     "DeleteCheckpoint",
     "RunCommand",
     "ResetSandbox",
+    "StartProcess",
+    "ListProcesses",
+    "ReadProcessOutput",
+    "WriteProcessInput",
+    "ResizeProcess",
+    "SignalProcess",
+    "StopProcess",
 ];
 
 fn all_are(calls: &[(&'static str, String)], want: &str) {

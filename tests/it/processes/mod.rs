@@ -4,6 +4,7 @@
 
 mod hostile;
 mod interactive;
+mod restart;
 mod server;
 
 use sandboxd::pb;
@@ -86,7 +87,10 @@ pub async fn read(
                 out.chunks.push(c);
             }
             Kind::End(end) => {
-                assert!(stream.message().await.unwrap().is_none(), "messages after the end");
+                assert!(
+                    stream.message().await.unwrap().is_none(),
+                    "messages after the end"
+                );
                 out.end = end;
                 return out;
             }
@@ -144,7 +148,12 @@ pub async fn write(
 }
 
 /// Follows a process's stdout until it holds `needle` (or 20 s pass).
-pub async fn wait_for_output(client: &Client, session: &str, process: &str, needle: &str) -> String {
+pub async fn wait_for_output(
+    client: &Client,
+    session: &str,
+    process: &str,
+    needle: &str,
+) -> String {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let out = read(client, session, process, [0, 0], false).await;

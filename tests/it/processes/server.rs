@@ -19,7 +19,11 @@ async fn a_server_started_in_the_background_answers_the_sessions_commands() {
     });
     let started = start(client, req).await;
     let process = started.process.clone().unwrap();
-    assert_eq!(started.ready_state, pb::ReadyState::Ready as i32, "{started:?}");
+    assert_eq!(
+        started.ready_state,
+        pb::ReadyState::Ready as i32,
+        "{started:?}"
+    );
     assert_eq!(process.state, pb::ProcessState::Running as i32);
     assert!(process.ready);
     let pid = process.process_id;
@@ -39,7 +43,10 @@ async fn a_server_started_in_the_background_answers_the_sessions_commands() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert!(log.contains("\"GET / HTTP/1.1\" 200"), "access log: {log:?}");
+    assert!(
+        log.contains("\"GET / HTTP/1.1\" 200"),
+        "access log: {log:?}"
+    );
 
     let listed = list(client, &sid).await;
     assert_eq!(listed.len(), 1);
@@ -66,13 +73,32 @@ async fn a_server_started_in_the_background_answers_the_sessions_commands() {
     assert_ne!(ran.exit.exit_code, 0, "the second server holds the port");
     let second = again.process.unwrap().process_id;
     stop(client, &sid, &second).await;
-    let ran = run(client, &sid, probe.replace("socket.socket()", "socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)").as_str(), 20_000).await;
-    assert_eq!(ran.exit.exit_code, 0, "stopped, it let go of the port: {}", ran.stderr());
+    let ran = run(
+        client,
+        &sid,
+        probe
+            .replace(
+                "socket.socket()",
+                "socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+            )
+            .as_str(),
+        20_000,
+    )
+    .await;
+    assert_eq!(
+        ran.exit.exit_code,
+        0,
+        "stopped, it let go of the port: {}",
+        ran.stderr()
+    );
 
     // The output stays readable after the end, and the report lists it.
     let after = read(client, &sid, &pid, [0, 0], false).await;
     assert!(String::from_utf8_lossy(&after.stderr).contains("GET /"));
-    assert_eq!(after.end.process.unwrap().state, pb::ProcessState::Killed as i32);
+    assert_eq!(
+        after.end.process.unwrap().state,
+        pb::ProcessState::Killed as i32
+    );
     let report = client
         .clone()
         .get_session_report(pb::GetSessionReportRequest {
@@ -85,7 +111,12 @@ async fn a_server_started_in_the_background_answers_the_sessions_commands() {
     assert_eq!(report.processes.len(), 2);
     assert_eq!(report.processes[0].process_id, pid);
     let tools: Vec<&str> = report.journal.iter().map(|e| e.tool.as_str()).collect();
-    for tool in ["StartProcess", "StopProcess", "ProcessEnded", "ReadProcessOutput"] {
+    for tool in [
+        "StartProcess",
+        "StopProcess",
+        "ProcessEnded",
+        "ReadProcessOutput",
+    ] {
         assert!(tools.contains(&tool), "{tool} not journaled: {tools:?}");
     }
     server.stop().await;
