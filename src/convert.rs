@@ -24,8 +24,6 @@ use crate::pb;
 use crate::policy::Rules;
 use crate::session::NewSession;
 
-pub use processes::signal as process_signal;
-
 fn unix_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -528,7 +528,7 @@ impl Sandbox for SandboxService {
         let session = self.registry.get(&caller, &r.session_id)?;
         let named = pb::ProcessSignal::try_from(r.signal)
             .ok()
-            .and_then(crate::convert::process_signal);
+            .and_then(|s| crate::sandbox::ProcessSignal::try_from(s).ok());
         let Some(signal) = named else {
             return Err(crate::session::Error::InvalidArgument {
                 field: "signal",

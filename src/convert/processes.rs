@@ -121,12 +121,16 @@ impl From<OutputPiece> for pb::ProcessOutput {
     }
 }
 
-/// The signal a SignalProcess asks for; `None` for none named.
-pub fn signal(s: pb::ProcessSignal) -> Option<ProcessSignal> {
-    match s {
-        pb::ProcessSignal::Unspecified => None,
-        pb::ProcessSignal::Int => Some(ProcessSignal::Int),
-        pb::ProcessSignal::Term => Some(ProcessSignal::Term),
-        pb::ProcessSignal::Kill => Some(ProcessSignal::Kill),
+/// The signal a SignalProcess asks for; refused when it names none.
+impl TryFrom<pb::ProcessSignal> for ProcessSignal {
+    type Error = ();
+
+    fn try_from(s: pb::ProcessSignal) -> Result<Self, ()> {
+        match s {
+            pb::ProcessSignal::Unspecified => Err(()),
+            pb::ProcessSignal::Int => Ok(ProcessSignal::Int),
+            pb::ProcessSignal::Term => Ok(ProcessSignal::Term),
+            pb::ProcessSignal::Kill => Ok(ProcessSignal::Kill),
+        }
     }
 }

@@ -362,3 +362,81 @@ fn rotation_reads_no_file_and_holds_other_writers_up_briefly() {
     assert_eq!(head["rotated"]["dropped_bytes"].as_u64(), Some(bytes));
     Journal::remove_files("r", &dir);
 }
+
+fn process(j: &Journal, command: &str) -> u64 {
+    let id = j.next_seq();
+    j.process_started(
+        &ProcessRecord {
+            id,
+            command: command.into(),
+            cwd: "/workspace".into(),
+            pty: false,
+            started_at_ms: now_ms(),
+            end: None,
+        },
+        Instant::now(),
+    );
+    id
+}
+
+fn ended(code: i64) -> ProcessEnd {
+    ProcessEnd {
+        at_ms: now_ms(),
+        exit_code: code,
+        signal: None,
+        killed_by: KilledBy::None,
+        interrupted: false,
+        failed: false,
+        cpu_ms: 7,
+        stdout_bytes: 3,
+        stderr_bytes: 0,
+        notes: Vec::new(),
+    }
+}
+
+#[test]
+fn processes_running_at_a_crash_come_back_interrupted_once_and_ended_ones_as_they_ended() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = files(&base, 1 << 30);
+    let (server, done) = {
+        let j = Journal::new("p", Some(&dir)).unwrap();
+        let server = process(&j, "python3 -m http.server");
+        let done = process(&j, "make watch");
+        j.process_ended(done, ended(2));
+        // A second end of the same process changes nothing.
+        j.process_ended(done, ended(9));
+        (server, done)
+    };
+    let (j, found) = Journal::recover("p", &dir).unwrap();
+    assert_eq!(found.interrupted, 1);
+    let list = j.processes();
+    assert_eq!(list.len(), 2);
+    let cut = list.iter().find(|p| p.id == server).unwrap();
+    let end = cut.end.as_ref().unwrap();
+    assert!(end.interrupted);
+    assert_eq!(end.notes, [NOTE_INTERRUPTED]);
+    let finished = list.iter().find(|p| p.id == done).unwrap();
+    assert_eq!(finished.end.as_ref().unwrap().exit_code, 2);
+    assert_eq!(finished.end.as_ref().unwrap().cpu_ms, 7);
+    // The timeline has each start and each end as an entry.
+    let tools: Vec<String> = j
+        .report(None, None)
+        .entries
+        .iter()
+        .map(|e| e.tool.to_string())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "StartProcess",
+            "StartProcess",
+            "ProcessEnded",
+            "ProcessEnded"
+        ]
+    );
+    // New ids follow the old ones; a second restart interrupts nothing more.
+    assert!(process(&j, "true") > done);
+    drop(j);
+    let (_, found) = Journal::recover("p", &dir).unwrap();
+    assert_eq!(found.interrupted, 1, "the new one was running");
+}

@@ -20,7 +20,7 @@ mod environment;
 mod history;
 mod patch;
 mod policy;
-mod processes;
+mod process;
 mod sandbox;
 mod scan;
 mod sessions;

@@ -5,7 +5,7 @@ use tonic::Code;
 
 use super::{
     Described, approval_not_found_status, denial_status, invalid_plan_status, not_permitted_status,
-    processes, reason, status, unavailable_status, volume_status,
+    process, reason, status, unavailable_status, volume_status,
 };
 use crate::session::error as session;
 
@@ -112,13 +112,13 @@ pub(super) fn session_status(err: &session::Error) -> Described {
             &[("rule", refusal.reason.clone())],
         ),
         S::Denied(denial) => denial_status(denial),
-        S::ProcessNotFound { id } => processes::not_found(id),
-        S::TooManyProcesses { max, running } => processes::too_many(*max, running),
-        S::ProcessEnded { id, how } => processes::ended(id, how),
-        S::ProcessInputClosed { id, never_opened } => processes::input_closed(id, *never_opened),
-        S::ProcessNotReading { id, written, why } => processes::not_reading(id, *written, why),
-        S::NoTerminal { id } => processes::no_terminal(id),
-        S::ProcessesUnavailable(why) => processes::unavailable(why),
+        S::ProcessNotFound { id } => process::not_found(id),
+        S::TooManyProcesses { max, running } => process::too_many(*max, running),
+        S::ProcessEnded { id, how } => process::ended(id, how),
+        S::ProcessInputClosed { id, never_opened } => process::input_closed(id, *never_opened),
+        S::ProcessNotReading { id, written, why } => process::not_reading(id, *written, why),
+        S::NoTerminal { id } => process::no_terminal(id),
+        S::ProcessesUnavailable(why) => process::unavailable(why),
         S::InvalidPolicy(e) => status(
             Code::InvalidArgument,
             reason::INVALID_POLICY,
