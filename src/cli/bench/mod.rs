@@ -20,6 +20,7 @@ mod edits;
 mod environments;
 mod flood;
 mod page;
+mod processes;
 mod report;
 mod round_trip;
 mod session_start;
@@ -56,9 +57,10 @@ pub struct BenchArgs {
     /// Run only these groups (repeatable): round-trip, session-start,
     /// edits, flood, concurrency, environments, workspaces, durability
     /// (the cost of the state store and the metrics), web-view (the cost
-    /// of a page watching a session live). Their rows replace the rows of
-    /// the same figures in --out; the others stay.
-    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view"])]
+    /// of a page watching a session live), processes (long-running
+    /// processes: start until ready, output throughput). Their rows
+    /// replace the rows of the same figures in --out; the others stay.
+    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view", "processes"])]
     only: Vec<String>,
 }
 
@@ -191,6 +193,10 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         if wanted("durability") {
             settle().await;
             durability::durability(args.samples, &mut rows).await?;
+        }
+        if wanted("processes") {
+            settle().await;
+            processes::figures(&client, (args.samples / 2).max(10), &mut rows).await?;
         }
         if wanted("web-view") {
             settle().await;
