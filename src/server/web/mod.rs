@@ -364,6 +364,7 @@ async fn session_page(
     let watched = pages::Watched {
         running: session.watch.running(),
         kept: session.watch.kept(),
+        processes: session.process_list(),
     };
     html(pages::session(
         &info,

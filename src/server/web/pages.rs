@@ -133,6 +133,21 @@ pub struct Watched {
     pub running: Vec<(u64, String)>,
     /// Those whose output can be opened.
     pub kept: Vec<u64>,
+    /// Its long-running processes, oldest first.
+    pub processes: Vec<crate::session::ProcessInfo>,
+}
+
+/// A process's state in words.
+fn process_state(p: &crate::session::ProcessInfo) -> (&'static str, String) {
+    use crate::session::ProcessState as S;
+    match p.state {
+        S::Running if p.ready => ("status-running", "running".into()),
+        S::Running => ("status-running", "running, not ready".into()),
+        S::Exited => ("status-idle", format!("exited {}", p.exit_code)),
+        S::Killed => ("status-wedged", format!("killed (exit {})", p.exit_code)),
+        S::Interrupted => ("status-wedged", "interrupted by a restart".into()),
+        S::Failed => ("status-wedged", "could not start".into()),
+    }
 }
 
 /// A session's page: its facts, its running commands and the timeline of
@@ -158,6 +173,27 @@ pub fn session(info: &Info, tally: &Tally, report: &Report, watched: &Watched) -
                 ul {
                     @for (seq, command) in &watched.running {
                         li { a.mono href={ "/sessions/" (id) "/commands/" (seq) } { (visible(command)) } }
+                    }
+                }
+            }
+            @if !watched.processes.is_empty() {
+                h2 { "Processes" }
+                table {
+                    thead { tr {
+                        th { "Id" } th { "Started (UTC)" } th { "State" } th { "CPU" } th { "Output" } th { "Command" }
+                    } }
+                    tbody {
+                        @for p in &watched.processes {
+                            @let (class, state) = process_state(p);
+                            tr {
+                                td.mono { "p" (p.id) }
+                                td { (clock(p.started_at_ms)) }
+                                td class={ (class) " nowrap" } { (state) }
+                                td { (p.cpu_ms) " ms" }
+                                td { (p.stdout_bytes + p.stderr_bytes) " bytes" }
+                                td.mono { (visible(&p.command)) }
+                            }
+                        }
                     }
                 }
             }
