@@ -1,5 +1,5 @@
 """Python client of sandboxd: sessions over a workspace, exact-match file
-tools and shell commands in no-network containers.
+tools, shell commands and long-running processes in no-network containers.
 
     import sandboxd
 
@@ -13,7 +13,17 @@ Every refusal raises a :class:`SandboxdError` subclass named after its
 reason (``OldStringNotFound``, ``PolicyDenied``, ...); see :mod:`sandboxd.errors`.
 """
 
-from .client import DEFAULT_ADDR, MAX_MESSAGE_BYTES, BuildStream, Client, CommandStream, Session, connect
+from .client import (
+    DEFAULT_ADDR,
+    MAX_MESSAGE_BYTES,
+    BuildStream,
+    Client,
+    CommandStream,
+    Process,
+    ProcessStream,
+    Session,
+    connect,
+)
 from .errors import (
     BY_REASON,
     DOMAIN,
@@ -31,6 +41,7 @@ from .errors import (
     PatchRefused,
     CheckpointRefused,
     ApprovalRefused,
+    ProcessRefused,
     TransportError,
     OldStringNotFound,
     OldStringAmbiguous,
@@ -101,6 +112,13 @@ from .errors import (
     InvalidPlan,
     ApprovalUnavailable,
     ApprovalNotFound,
+    ProcessNotFound,
+    TooManyProcesses,
+    ProcessEnded,
+    ProcessInputClosed,
+    ProcessNotReading,
+    NotATerminal,
+    ProcessesUnavailable,
     Unavailable,
     DeadlineExceeded,
     Cancelled,
@@ -112,6 +130,8 @@ from .types import (
     ChangeKind,
     OmittedReason,
     PatchAction,
+    ProcessState,
+    ReadyState,
     Edit,
     Limits,
     Policy,
@@ -131,6 +151,9 @@ from .types import (
     Started,
     OutputChunk,
     CommandResult,
+    ProcessInfo,
+    ProcessChunk,
+    ProcessOutput,
     FileWrite,
     CommandRecord,
     RefusedCall,
@@ -175,6 +198,8 @@ __all__ = [
     "Session",
     "CommandStream",
     "BuildStream",
+    "Process",
+    "ProcessStream",
     "DEFAULT_ADDR",
     "MAX_MESSAGE_BYTES",
     "BY_REASON",
@@ -194,6 +219,7 @@ __all__ = [
     "PatchRefused",
     "CheckpointRefused",
     "ApprovalRefused",
+    "ProcessRefused",
     "TransportError",
     "OldStringNotFound",
     "OldStringAmbiguous",
@@ -264,6 +290,13 @@ __all__ = [
     "InvalidPlan",
     "ApprovalUnavailable",
     "ApprovalNotFound",
+    "ProcessNotFound",
+    "TooManyProcesses",
+    "ProcessEnded",
+    "ProcessInputClosed",
+    "ProcessNotReading",
+    "NotATerminal",
+    "ProcessesUnavailable",
     "Unavailable",
     "DeadlineExceeded",
     "Cancelled",
@@ -272,6 +305,8 @@ __all__ = [
     "ChangeKind",
     "OmittedReason",
     "PatchAction",
+    "ProcessState",
+    "ReadyState",
     "Edit",
     "Limits",
     "Policy",
@@ -291,6 +326,9 @@ __all__ = [
     "Started",
     "OutputChunk",
     "CommandResult",
+    "ProcessInfo",
+    "ProcessChunk",
+    "ProcessOutput",
     "FileWrite",
     "CommandRecord",
     "RefusedCall",

@@ -39,6 +39,20 @@ _PATCH_ACTION: dict[int, t.PatchAction] = {
     pb.PATCH_ACTION_RENAMED: t.PatchAction.RENAMED,
 }
 
+_PROCESS_STATE: dict[int, t.ProcessState] = {
+    pb.PROCESS_STATE_RUNNING: t.ProcessState.RUNNING,
+    pb.PROCESS_STATE_EXITED: t.ProcessState.EXITED,
+    pb.PROCESS_STATE_KILLED: t.ProcessState.KILLED,
+    pb.PROCESS_STATE_INTERRUPTED: t.ProcessState.INTERRUPTED,
+    pb.PROCESS_STATE_FAILED: t.ProcessState.FAILED,
+}
+_READY_STATE: dict[int, t.ReadyState] = {
+    pb.READY_STATE_UNSPECIFIED: t.ReadyState.NOT_ASKED,
+    pb.READY_STATE_READY: t.ReadyState.READY,
+    pb.READY_STATE_EXITED: t.ReadyState.EXITED,
+    pb.READY_STATE_TIMED_OUT: t.ReadyState.TIMED_OUT,
+}
+
 
 def _secs(ms: int) -> float:
     return ms / 1000.0
@@ -529,3 +543,27 @@ def pending_approval(m: Any) -> t.PendingApproval:
 
 def decided(m: Any) -> t.DecideResult:
     return t.DecideResult(approval_id=m.approval_id, session_id=m.session_id, outcome=m.outcome, message=m.message)
+
+
+def process_info(m: Any) -> t.ProcessInfo:
+    return t.ProcessInfo(
+        id=m.process_id,
+        command=m.command,
+        cwd=m.cwd,
+        state=_PROCESS_STATE.get(m.state, t.ProcessState.UNKNOWN),
+        exit_code=m.exit_code,
+        killed_by=killed_by(m.killed_by),
+        started_at=_time(m.started_at_ms / 1000.0),
+        ended_at=_epoch_ms(m.ended_at_ms),
+        cpu_time=_secs(m.cpu_ms),
+        stdout_bytes=m.stdout_bytes,
+        stderr_bytes=m.stderr_bytes,
+        pty=m.pty,
+        stdin_open=m.stdin_open,
+        ready=m.ready,
+        notes=tuple(m.notes),
+    )
+
+
+def ready_state(v: int) -> t.ReadyState:
+    return _READY_STATE.get(v, t.ReadyState.UNKNOWN)

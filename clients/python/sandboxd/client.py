@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
 import getpass
 import io
 import math
 import os
 import shlex
+import signal as _signal
 import ssl
 import tarfile
 import tempfile
@@ -17,11 +19,18 @@ import grpc
 from . import _convert as conv
 from . import discover
 from . import types as t
-from .errors import SandboxdError, SessionNotFound, TransportError, from_rpc_error
+from .errors import (
+    DeadlineExceeded,
+    ProcessNotFound,
+    SandboxdError,
+    SessionNotFound,
+    TransportError,
+    from_rpc_error,
+)
 from .v1 import sandbox_pb2 as pb
 from .v1 import sandbox_pb2_grpc as pb_grpc
 
-__all__ = ["connect", "Client", "Session", "CommandStream", "BuildStream"]
+__all__ = ["connect", "Client", "Session", "CommandStream", "BuildStream", "Process", "ProcessStream"]
 
 #: Address used when neither ``addr`` nor ``SANDBOXD_ADDR`` is given and no
 #: service answers on a local socket (see :mod:`sandboxd.discover`).
@@ -36,6 +45,8 @@ EditLike = Union[t.Edit, "tuple[str, str]", "tuple[str, str, bool]"]
 StepLike = Union[t.PlanStep, "tuple[str, Iterable[StrPath]]", Mapping[str, Any]]
 ApprovalRef = Union[str, t.PendingApproval]
 Command = Union[str, Sequence[str]]
+PtyLike = Union[None, bool, "tuple[int, int]"]
+SignalLike = Union[str, int]
 
 _DEFAULT: Any = object()
 
@@ -554,6 +565,305 @@ class BuildStream(_EventStream):
         return self.done
 
 
+class ProcessStream(_EventStream):
+    """A long-running process's output as it comes (:meth:`Process.follow`).
+
+    Yields :class:`~sandboxd.types.ProcessChunk` s until the process ends;
+    then ``.info`` holds the process as it ended. Leaving the loop early
+    (``break``, an exception), :meth:`cancel` or the end of a ``with`` block
+    only stops reading: the process runs on.
+    """
+
+    def __init__(self, call: Any, process: "Process") -> None:
+        super().__init__(call)
+        self._process = process
+        self._decoders = {
+            "stdout": codecs.getincrementaldecoder("utf-8")(errors="replace"),
+            "stderr": codecs.getincrementaldecoder("utf-8")(errors="replace"),
+        }
+        self._pending: List[t.ProcessChunk] = []
+        #: The process as it ended; None until the stream ends.
+        self.info: Optional[t.ProcessInfo] = None
+
+    def __enter__(self) -> "ProcessStream":
+        return self
+
+    def __iter__(self) -> "ProcessStream":
+        return self
+
+    def __next__(self) -> t.ProcessChunk:
+        while True:
+            if self._pending:
+                return self._pending.pop(0)
+            if self.info is not None:
+                raise StopIteration
+            msg = self._next_message()
+            if msg is None:
+                if self._cancelled:
+                    raise StopIteration
+                raise TransportError(
+                    f"the output of process {self._process.id} ended without its last message",
+                    reason=None,
+                )
+            which = msg.WhichOneof("kind")
+            if which == "chunk":
+                c = msg.chunk
+                name = "stderr" if c.stream == pb.PROCESS_STREAM_STDERR else "stdout"
+                decoder = self._decoders[name]
+                prefix = ""
+                if c.skipped:
+                    # Bytes are missing before this chunk: a character cut
+                    # there can never be finished.
+                    prefix = decoder.decode(b"", final=True)
+                    decoder.reset()
+                text = prefix + decoder.decode(c.data)
+                self._process._offsets[name] = c.offset + len(c.data)
+                return t.ProcessChunk(name, c.data, text, c.offset, c.skipped)  # type: ignore[arg-type]
+            if which == "end":
+                self._finished = True  # the last message: nothing left to cancel
+                self.info = conv.process_info(msg.end.process)
+                self._process.last_info = self.info
+                self._process._offsets = {"stdout": msg.end.stdout_offset, "stderr": msg.end.stderr_offset}
+                for name, decoder in self._decoders.items():
+                    rest = decoder.decode(b"", final=True)
+                    if rest:
+                        self._pending.append(t.ProcessChunk(name, b"", rest, self._process._offsets[name], 0))  # type: ignore[arg-type]
+            # A message kind newer than this client: skip it.
+
+
+_SIGNALS = {
+    "INT": pb.PROCESS_SIGNAL_INT,
+    "TERM": pb.PROCESS_SIGNAL_TERM,
+    "KILL": pb.PROCESS_SIGNAL_KILL,
+}
+
+
+def _signal_of(sig: SignalLike) -> int:
+    """The wire signal for "INT", "SIGTERM", signal.SIGKILL..."""
+    if isinstance(sig, int):
+        try:
+            name = _signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+    else:
+        name = sig.upper()
+    name = name[3:] if name.startswith("SIG") else name
+    if name not in _SIGNALS:
+        raise ValueError(f"signal {sig!r}: give INT, TERM or KILL")
+    return _SIGNALS[name]
+
+
+class Process:
+    """A long-running process of a session: a server, a watcher, a REPL.
+    Made by :meth:`Session.start` (or :meth:`Session.process` for one
+    already running).
+
+    A context manager: leaving a ``with`` block stops the process if it
+    still runs. It also ends with its session (closed, reset or timed out).
+    """
+
+    def __init__(
+        self,
+        session: "Session",
+        info: Optional[t.ProcessInfo],
+        *,
+        ready_state: t.ReadyState = t.ReadyState.NOT_ASKED,
+        ready_time: float = 0.0,
+        stdout_tail: str = "",
+        stderr_tail: str = "",
+        rejected: Optional[t.Rejection] = None,
+    ) -> None:
+        self._session = session
+        #: "p" and a number; empty when the start was rejected.
+        self.id: str = info.id if info is not None else ""
+        #: The process as last described (by start, a stop, a wait, the end of
+        #: a follow or :meth:`info`); None when the start was rejected.
+        self.last_info: Optional[t.ProcessInfo] = info
+        #: How the start waited for readiness.
+        self.ready_state = ready_state
+        #: Seconds from the start to ready (0 unless ``ready_state`` is READY).
+        self.ready_time = ready_time
+        #: Its output when the start answered: at most the last 4000
+        #: characters of each stream.
+        self.stdout_tail = stdout_tail
+        self.stderr_tail = stderr_tail
+        #: An ``ask`` rule held the start and a person rejected it: nothing
+        #: was started (``id`` is empty).
+        self.rejected = rejected
+        # Where follow() goes on from, per stream.
+        self._offsets: dict[str, int] = {"stdout": 0, "stderr": 0}
+
+    def __repr__(self) -> str:
+        state = self.last_info.state if self.last_info is not None else "rejected"
+        return f"<sandboxd.Process {self.id or '-'} {state}>"
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if not self.id or (self.last_info is not None and not self.last_info.running):
+            return
+        try:
+            self.stop()
+        except SandboxdError:
+            if exc_type is None:
+                raise
+
+    @property
+    def ready(self) -> bool:
+        """Its readiness condition held when the start answered (or it had none)."""
+        return self.last_info is not None and self.last_info.ready
+
+    def _call(self, method: Callable[..., Any], request: Any) -> Any:
+        return self._session._call(method, request)
+
+    def _stub(self) -> Any:
+        return self._session._stub
+
+    def info(self) -> t.ProcessInfo:
+        """The process now, as the service lists it."""
+        for info in self._session.processes():
+            if info.id == self.id:
+                self.last_info = info
+                return info
+        raise _no_process(self.id)
+
+    def _read(self, stdout_offset: int, stderr_offset: int, follow: bool, timeout: Optional[float] = None) -> Any:
+        req = pb.ReadProcessOutputRequest(
+            session_id=self._session.id,
+            process_id=self.id,
+            stdout_offset=stdout_offset,
+            stderr_offset=stderr_offset,
+            follow=follow,
+        )
+        try:
+            return self._stub().ReadProcessOutput(req, metadata=self._session._metadata, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def output(self) -> t.ProcessOutput:
+        """Everything of its output the service keeps, as text (it stays
+        readable after the process ended, until the session closes)."""
+        stream = _EventStream(self._read(0, 0, follow=False))
+        parts: dict[int, List[bytes]] = {pb.PROCESS_STREAM_STDOUT: [], pb.PROCESS_STREAM_STDERR: []}
+        skipped = {pb.PROCESS_STREAM_STDOUT: 0, pb.PROCESS_STREAM_STDERR: 0}
+        try:
+            while True:
+                msg = stream._next_message()
+                if msg is None:
+                    raise TransportError(f"the output of process {self.id} ended without its last message", reason=None)
+                which = msg.WhichOneof("kind")
+                if which == "chunk":
+                    parts[msg.chunk.stream].append(msg.chunk.data)
+                    skipped[msg.chunk.stream] += msg.chunk.skipped
+                elif which == "end":
+                    stream._finished = True
+                    self.last_info = conv.process_info(msg.end.process)
+
+                    def text(s: int) -> str:
+                        return b"".join(parts[s]).decode("utf-8", errors="replace")
+
+                    return t.ProcessOutput(
+                        stdout=text(pb.PROCESS_STREAM_STDOUT),
+                        stderr=text(pb.PROCESS_STREAM_STDERR),
+                        stdout_skipped=skipped[pb.PROCESS_STREAM_STDOUT],
+                        stderr_skipped=skipped[pb.PROCESS_STREAM_STDERR],
+                        info=self.last_info,
+                    )
+        finally:
+            stream.cancel()
+
+    def follow(self, *, from_start: bool = False) -> ProcessStream:
+        """Its output as it comes, until it ends: an iterator of
+        :class:`~sandboxd.types.ProcessChunk` (see :class:`ProcessStream`).
+
+        Starts where the last ``follow`` of this object stopped (from the
+        start the first time, or with ``from_start``), so a loop left early
+        and followed again misses nothing the service still keeps.
+        """
+        if from_start:
+            self._offsets = {"stdout": 0, "stderr": 0}
+        call = self._read(self._offsets["stdout"], self._offsets["stderr"], follow=True)
+        return ProcessStream(call, self)
+
+    def wait(self, timeout: Optional[float] = None) -> t.ProcessInfo:
+        """Waits until the process ends and returns how it ended. Raises
+        :class:`TimeoutError` if it still runs after ``timeout`` seconds (it
+        is left running). Does not move where :meth:`follow` goes on from."""
+        now = self.info()
+        if not now.running:
+            return now
+        call = self._read(now.stdout_bytes, now.stderr_bytes, follow=True, timeout=timeout)
+        stream = _EventStream(call)
+        try:
+            while True:
+                try:
+                    msg = stream._next_message()
+                except DeadlineExceeded:
+                    raise TimeoutError(f"process {self.id} still runs after {timeout} s") from None
+                if msg is None:
+                    raise TransportError(f"the output of process {self.id} ended without its last message", reason=None)
+                if msg.WhichOneof("kind") == "end":
+                    stream._finished = True
+                    self.last_info = conv.process_info(msg.end.process)
+                    return self.last_info
+        finally:
+            stream.cancel()
+
+    def write(self, data: Union[str, bytes], close: bool = False) -> int:
+        """Writes ``data`` (a str is sent as UTF-8) to its input, a pipe
+        (started with ``stdin``) or its terminal (``pty``), then closes the
+        input if ``close``. Returns once the process took it: the bytes
+        written. ProcessNotReading if it does not read them within 10 s."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        req = pb.WriteProcessInputRequest(session_id=self._session.id, process_id=self.id, data=raw, close=close)
+        return int(self._call(self._stub().WriteProcessInput, req).written)
+
+    def close_input(self) -> None:
+        """Closes its input: end of file on a pipe, Ctrl-D on a terminal."""
+        self.write(b"", close=True)
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Sets the size of its terminal (NotATerminal unless started with ``pty``)."""
+        req = pb.ResizeProcessRequest(session_id=self._session.id, process_id=self.id, rows=rows, cols=cols)
+        self._call(self._stub().ResizeProcess, req)
+
+    def signal(self, sig: SignalLike) -> t.ProcessInfo:
+        """Sends ``"INT"``, ``"TERM"`` or ``"KILL"`` (or ``signal.SIGINT``...)
+        to its whole process group; returns the process as it is then (it may
+        not have ended yet: :meth:`wait` for that)."""
+        req = pb.SignalProcessRequest(session_id=self._session.id, process_id=self.id, signal=_signal_of(sig))
+        self.last_info = conv.process_info(self._call(self._stub().SignalProcess, req).process)
+        return self.last_info
+
+    def stop(self) -> t.ProcessInfo:
+        """Stops it (SIGTERM to its group, 2 s of grace, then SIGKILL) and
+        returns how it ended; for one that already ended, how it did."""
+        req = pb.StopProcessRequest(session_id=self._session.id, process_id=self.id)
+        self.last_info = conv.process_info(self._call(self._stub().StopProcess, req).process)
+        return self.last_info
+
+
+def _no_process(process_id: str) -> ProcessNotFound:
+    """What the service says of an unknown process, for one missing from its list."""
+    return ProcessNotFound(
+        f"The session has no process {process_id!r}. Nothing was changed. "
+        "Session.processes() lists every process the session started.",
+        code=grpc.StatusCode.NOT_FOUND,
+        metadata={"process_id": process_id},
+        domain="sandboxd",
+    )
+
+
+def _pty(pty: PtyLike) -> Optional[Any]:
+    if pty is None or pty is False:
+        return None
+    if pty is True:
+        return pb.Pty()
+    rows, cols = pty
+    return pb.Pty(rows=rows, cols=cols)
+
+
 def _edits(
     old: Optional[str], new: Optional[str], replace_all: bool, edits: Optional[Iterable[EditLike]]
 ) -> list[Any]:
@@ -790,6 +1100,80 @@ class Session:
                     on_output(event)
         assert events.result is not None
         return events.result
+
+    # --- long-running processes ---------------------------------------------
+
+    def start(
+        self,
+        command: Command,
+        *,
+        cwd: Optional[StrPath] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: bool = False,
+        pty: PtyLike = None,
+        ready_port: Optional[int] = None,
+        ready_match: Optional[str] = None,
+        ready_timeout: Optional[float] = None,
+    ) -> Process:
+        """Starts a long-running process (a server, a watcher, a REPL) in the
+        session's container and returns while it runs; it has no timeout.
+
+        ``command`` runs with ``/bin/sh -c`` in its own process group (a list
+        is shell-quoted); ``cwd`` is relative to the workspace. ``stdin``
+        opens a pipe to its input for :meth:`Process.write`. ``pty`` runs it
+        on a terminal (``True``: 24x80, or ``(rows, cols)``): everything it
+        writes is stdout and its input is always open. With ``ready_port`` (a
+        TCP port on the container's loopback that accepts connections) or
+        ``ready_match`` (a regular expression, Rust syntax, matched against
+        each line of its output), it returns once the process is ready, has
+        exited, or ``ready_timeout`` seconds (default 30) passed:
+        ``ready_state`` says which, and a process not ready in time is left
+        running. TooManyProcesses past the session's limit. A start an
+        ``ask`` rule held and a person rejected returns a Process with
+        ``rejected`` set (nothing was started).
+        """
+        if ready_port is not None and ready_match is not None:
+            raise ValueError("give ready_port or ready_match, not both")
+        if ready_timeout is not None and ready_port is None and ready_match is None:
+            raise ValueError("ready_timeout needs ready_port or ready_match")
+        ready = None
+        if ready_port is not None:
+            ready = pb.Readiness(port=ready_port, timeout_ms=_ms(ready_timeout, "ready_timeout"))
+        elif ready_match is not None:
+            ready = pb.Readiness(output_regex=ready_match, timeout_ms=_ms(ready_timeout, "ready_timeout"))
+        req = pb.StartProcessRequest(
+            session_id=self.id,
+            command=_command(command),
+            cwd=_path(cwd),
+            env=dict(env or {}),
+            stdin=stdin,
+            pty=_pty(pty),
+            ready=ready,
+        )
+        resp = self._call(self._stub.StartProcess, req)
+        if resp.HasField("rejected"):
+            return Process(self, None, rejected=conv.rejection(resp.rejected))
+        return Process(
+            self,
+            conv.process_info(resp.process),
+            ready_state=conv.ready_state(resp.ready_state),
+            ready_time=resp.ready_ms / 1000.0,
+            stdout_tail=resp.stdout_tail,
+            stderr_tail=resp.stderr_tail,
+        )
+
+    def processes(self) -> List[t.ProcessInfo]:
+        """Every process the session started, oldest first: running ones and
+        those that ended (with how)."""
+        resp = self._call(self._stub.ListProcesses, pb.ListProcessesRequest(session_id=self.id))
+        return [conv.process_info(p) for p in resp.processes]
+
+    def process(self, process_id: str) -> Process:
+        """A handle on a process the session started (ProcessNotFound if none)."""
+        for info in self.processes():
+            if info.id == process_id:
+                return Process(self, info, ready_state=t.ReadyState.UNKNOWN)
+        raise _no_process(process_id)
 
     # --- plans --------------------------------------------------------------
 

@@ -140,6 +140,10 @@ class ApprovalRefused(SandboxdError):
     decision was refused. (A person's rejection is a result, not this.)"""
 
 
+class ProcessRefused(SandboxdError):
+    """A call about a long-running process was refused; nothing was sent or started."""
+
+
 class TransportError(SandboxdError, reason="TRANSPORT"):
     """The call failed in transport: the service was unreachable, a deadline
     passed, the call was cancelled, or the transport refused it.
@@ -461,6 +465,37 @@ class ApprovalUnavailable(ApprovalRefused, reason="APPROVAL_UNAVAILABLE"):
 
 class ApprovalNotFound(ApprovalRefused, reason="APPROVAL_NOT_FOUND"):
     """No such item waits for a decision: it was decided, timed out or withdrawn."""
+
+
+# --- long-running processes ---------------------------------------------------
+
+
+class ProcessNotFound(ProcessRefused, reason="PROCESS_NOT_FOUND"):
+    """The session has no process of that id."""
+
+
+class TooManyProcesses(ProcessRefused, reason="TOO_MANY_PROCESSES"):
+    """The session runs its limit of processes (the message names them): stop one first."""
+
+
+class ProcessEnded(ProcessRefused, reason="PROCESS_ENDED"):
+    """The process has ended, so it takes no input, resize or signal."""
+
+
+class ProcessInputClosed(ProcessRefused, reason="PROCESS_INPUT_CLOSED"):
+    """The process's input was closed, or it was started without one (see ``stdin``)."""
+
+
+class ProcessNotReading(ProcessRefused, reason="PROCESS_NOT_READING"):
+    """The process did not take its input in time; ``metadata["written"]`` is what it took."""
+
+
+class NotATerminal(ProcessRefused, reason="NOT_A_TERMINAL"):
+    """The process does not run on a terminal, so it has no size to set."""
+
+
+class ProcessesUnavailable(ProcessRefused, reason="PROCESSES_UNAVAILABLE"):
+    """The service cannot run long-running processes here (no in-container supervisor)."""
 
 
 # --- transport (no ErrorInfo, or reason TRANSPORT) ----------------------------

@@ -70,6 +70,31 @@ class PatchAction(_NamedEnum):
     UNKNOWN = "unknown"
 
 
+class ProcessState(_NamedEnum):
+    """Where a long-running process is (:class:`ProcessInfo`)."""
+
+    RUNNING = "running"
+    EXITED = "exited"  #: it ended by itself; ``exit_code`` says how
+    #: a signal ended it: :meth:`Process.signal`, or the kill ladder of
+    #: :meth:`Process.stop` or of its sandbox's end (``killed_by`` names the rung)
+    KILLED = "killed"
+    #: the service stopped while it ran; it is gone and its output was not kept
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"  #: it could not be started; ``notes`` say why
+    UNKNOWN = "unknown"
+
+
+class ReadyState(_NamedEnum):
+    """How :meth:`Session.start` waited for readiness."""
+
+    NOT_ASKED = "not_asked"  #: no readiness was asked for: it answered once started
+    READY = "ready"
+    EXITED = "exited"  #: the process ended before it was ready
+    #: the time limit passed first; the process is left running
+    TIMED_OUT = "timed_out"
+    UNKNOWN = "unknown"
+
+
 # --- requests -----------------------------------------------------------------
 
 
@@ -315,6 +340,69 @@ class CommandResult:
 
 
 CommandEvent = Union[Started, OutputChunk, CommandResult]
+
+
+# --- long-running processes ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A long-running process of a session, as the service describes it."""
+
+    id: str  #: "p" and a number, unique in the session
+    command: str
+    cwd: str  #: in the container
+    state: ProcessState
+    exit_code: int  #: 128+n when signal n ended it; -1 while it runs or when unknown
+    killed_by: KilledBy  #: the rung of the kill ladder that ended it, if one did
+    started_at: datetime
+    ended_at: Optional[datetime]  #: None while it runs
+    cpu_time: float  #: seconds of CPU its process group used (sampled each second)
+    stdout_bytes: int  #: written to the stream in all, kept or not
+    stderr_bytes: int
+    pty: bool  #: it runs on a terminal: everything it writes is stdout
+    stdin_open: bool  #: its input can still be written
+    ready: bool  #: its readiness condition held (or it had none)
+    notes: tuple[str, ...]  #: what the caller must know (why it ended, why it could not start)
+
+    @property
+    def running(self) -> bool:
+        return self.state is ProcessState.RUNNING
+
+    @property
+    def ok(self) -> bool:
+        """It exited by itself with code 0."""
+        return self.state is ProcessState.EXITED and self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class ProcessChunk:
+    """A piece of a process's output, as :meth:`Process.follow` yields it."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes  #: the raw bytes (a UTF-8 character may span two chunks)
+    #: ``data`` decoded as UTF-8 (invalid bytes replaced), a character that
+    #: spans chunks given whole with the chunk that ends it
+    text: str
+    offset: int  #: of data's first byte in its stream
+    skipped: int  #: bytes before ``offset`` the service no longer kept
+
+
+@dataclass(frozen=True)
+class ProcessOutput:
+    """The output of a process the service keeps (:meth:`Process.output`).
+
+    For long output the service keeps each stream's start and its most
+    recent part: ``stdout`` is what is kept, joined, and ``stdout_skipped``
+    counts the bytes dropped between (likewise for stderr). Text is UTF-8
+    with invalid bytes replaced.
+    """
+
+    stdout: str
+    stderr: str
+    stdout_skipped: int
+    stderr_skipped: int
+    info: ProcessInfo  #: the process as the output was read
 
 
 # --- report -------------------------------------------------------------------

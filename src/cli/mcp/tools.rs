@@ -5,7 +5,8 @@
 //! arguments that do not fit the schema. A call an `ask` rule held and a
 //! person rejected is a result saying it was not executed, and why.
 //! This file holds the tools' definitions and replies; `tools/args` their
-//! argument types and `tools/call` the calls.
+//! argument types, `tools/call` the calls and `tools/process` the
+//! long-running process tools.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use crate::cli::connect::Client;
 
 mod args;
 mod call;
+mod process;
 
 use args::*;
 pub use call::call;
@@ -110,7 +112,13 @@ enum Kind {
 
 /// The tools an `ask` rule can hold, and plan mode refuses until a plan is
 /// approved.
-const HELD: [&str; 4] = ["create_file", "edit_file", "apply_patch", "run_command"];
+const HELD: [&str; 5] = [
+    "create_file",
+    "edit_file",
+    "apply_patch",
+    "run_command",
+    "start_process",
+];
 
 /// What the held tools' descriptions add.
 const HELD_NOTE: &str = " In plan mode (a session started read-only) it is refused until \
@@ -232,6 +240,36 @@ fn table() -> Vec<(&'static str, Kind, Arc<JsonObject>, &'static str)> {
             schema_for_type::<NoArgs>(),
             "Kill everything running in the sandbox (servers left in the background, \
              runaway processes) and start a fresh container over the same workspace.",
+        ),
+        (
+            "start_process",
+            Kind::Runs,
+            schema_for_type::<process::StartArgs>(),
+            process::START,
+        ),
+        (
+            "process_output",
+            Kind::Reads,
+            schema_for_type::<process::OutputArgs>(),
+            process::OUTPUT,
+        ),
+        (
+            "send_input",
+            Kind::Runs,
+            schema_for_type::<process::SendArgs>(),
+            process::SEND,
+        ),
+        (
+            "stop_process",
+            Kind::Runs,
+            schema_for_type::<process::StopArgs>(),
+            process::STOP,
+        ),
+        (
+            "list_processes",
+            Kind::Reads,
+            schema_for_type::<process::ListArgs>(),
+            process::LIST,
         ),
     ]
 }

@@ -43,6 +43,34 @@ class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VERDICT_UNSPECIFIED: _ClassVar[Verdict]
     VERDICT_APPROVE: _ClassVar[Verdict]
     VERDICT_REJECT: _ClassVar[Verdict]
+
+class ReadyState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    READY_STATE_UNSPECIFIED: _ClassVar[ReadyState]
+    READY_STATE_READY: _ClassVar[ReadyState]
+    READY_STATE_EXITED: _ClassVar[ReadyState]
+    READY_STATE_TIMED_OUT: _ClassVar[ReadyState]
+
+class ProcessState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROCESS_STATE_UNSPECIFIED: _ClassVar[ProcessState]
+    PROCESS_STATE_RUNNING: _ClassVar[ProcessState]
+    PROCESS_STATE_EXITED: _ClassVar[ProcessState]
+    PROCESS_STATE_KILLED: _ClassVar[ProcessState]
+    PROCESS_STATE_INTERRUPTED: _ClassVar[ProcessState]
+    PROCESS_STATE_FAILED: _ClassVar[ProcessState]
+
+class ProcessStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROCESS_STREAM_STDOUT: _ClassVar[ProcessStream]
+    PROCESS_STREAM_STDERR: _ClassVar[ProcessStream]
+
+class ProcessSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROCESS_SIGNAL_UNSPECIFIED: _ClassVar[ProcessSignal]
+    PROCESS_SIGNAL_INT: _ClassVar[ProcessSignal]
+    PROCESS_SIGNAL_TERM: _ClassVar[ProcessSignal]
+    PROCESS_SIGNAL_KILL: _ClassVar[ProcessSignal]
 KILLED_BY_NONE: KilledBy
 KILLED_BY_PROCESS_GROUP_TERM: KilledBy
 KILLED_BY_PROCESS_GROUP_KILL: KilledBy
@@ -65,6 +93,22 @@ PATCH_ACTION_RENAMED: PatchAction
 VERDICT_UNSPECIFIED: Verdict
 VERDICT_APPROVE: Verdict
 VERDICT_REJECT: Verdict
+READY_STATE_UNSPECIFIED: ReadyState
+READY_STATE_READY: ReadyState
+READY_STATE_EXITED: ReadyState
+READY_STATE_TIMED_OUT: ReadyState
+PROCESS_STATE_UNSPECIFIED: ProcessState
+PROCESS_STATE_RUNNING: ProcessState
+PROCESS_STATE_EXITED: ProcessState
+PROCESS_STATE_KILLED: ProcessState
+PROCESS_STATE_INTERRUPTED: ProcessState
+PROCESS_STATE_FAILED: ProcessState
+PROCESS_STREAM_STDOUT: ProcessStream
+PROCESS_STREAM_STDERR: ProcessStream
+PROCESS_SIGNAL_UNSPECIFIED: ProcessSignal
+PROCESS_SIGNAL_INT: ProcessSignal
+PROCESS_SIGNAL_TERM: ProcessSignal
+PROCESS_SIGNAL_KILL: ProcessSignal
 
 class Policy(_message.Message):
     __slots__ = ("read_only", "deny_writes", "allow_writes", "guard_patterns", "ask_writes", "ask_commands", "ask_tools", "plan_files")
@@ -230,7 +274,7 @@ class GetSessionReportRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., planned_files: _Optional[_Iterable[str]] = ..., verification_command: _Optional[str] = ...) -> None: ...
 
 class SessionReport(_message.Message):
-    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan", "changed_unplanned", "changes_unchecked")
+    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan", "changed_unplanned", "changes_unchecked", "processes")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -247,6 +291,7 @@ class SessionReport(_message.Message):
     PLAN_FIELD_NUMBER: _ClassVar[int]
     CHANGED_UNPLANNED_FIELD_NUMBER: _ClassVar[int]
     CHANGES_UNCHECKED_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     files_written: _containers.RepeatedCompositeFieldContainer[FileWrite]
     commands: _containers.RepeatedCompositeFieldContainer[CommandRecord]
@@ -263,7 +308,8 @@ class SessionReport(_message.Message):
     plan: ApprovedPlan
     changed_unplanned: _containers.RepeatedScalarFieldContainer[str]
     changes_unchecked: str
-    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., changed_unplanned: _Optional[_Iterable[str]] = ..., changes_unchecked: _Optional[str] = ...) -> None: ...
+    processes: _containers.RepeatedCompositeFieldContainer[Process]
+    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., changed_unplanned: _Optional[_Iterable[str]] = ..., changes_unchecked: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ...) -> None: ...
 
 class FileWrite(_message.Message):
     __slots__ = ("seq", "tool", "path", "sha256_before", "sha256_after")
@@ -1193,3 +1239,218 @@ class DecideResponse(_message.Message):
     outcome: str
     message: str
     def __init__(self, approval_id: _Optional[str] = ..., session_id: _Optional[str] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StartProcessRequest(_message.Message):
+    __slots__ = ("session_id", "command", "cwd", "env", "stdin", "pty", "ready")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    command: str
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    stdin: bool
+    pty: Pty
+    ready: Readiness
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bool] = ..., pty: _Optional[_Union[Pty, _Mapping]] = ..., ready: _Optional[_Union[Readiness, _Mapping]] = ...) -> None: ...
+
+class Pty(_message.Message):
+    __slots__ = ("rows", "cols")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class Readiness(_message.Message):
+    __slots__ = ("port", "output_regex", "timeout_ms")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_REGEX_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    output_regex: str
+    timeout_ms: int
+    def __init__(self, port: _Optional[int] = ..., output_regex: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class StartProcessResponse(_message.Message):
+    __slots__ = ("process", "ready_state", "ready_ms", "stdout_tail", "stderr_tail", "rejected")
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    READY_STATE_FIELD_NUMBER: _ClassVar[int]
+    READY_MS_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    STDERR_TAIL_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    process: Process
+    ready_state: ReadyState
+    ready_ms: int
+    stdout_tail: str
+    stderr_tail: str
+    rejected: Rejection
+    def __init__(self, process: _Optional[_Union[Process, _Mapping]] = ..., ready_state: _Optional[_Union[ReadyState, str]] = ..., ready_ms: _Optional[int] = ..., stdout_tail: _Optional[str] = ..., stderr_tail: _Optional[str] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
+
+class Process(_message.Message):
+    __slots__ = ("process_id", "command", "cwd", "state", "exit_code", "killed_by", "started_at_ms", "ended_at_ms", "cpu_ms", "stdout_bytes", "stderr_bytes", "pty", "stdin_open", "ready", "notes")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    KILLED_BY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CPU_MS_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    STDIN_OPEN_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    command: str
+    cwd: str
+    state: ProcessState
+    exit_code: int
+    killed_by: KilledBy
+    started_at_ms: int
+    ended_at_ms: int
+    cpu_ms: int
+    stdout_bytes: int
+    stderr_bytes: int
+    pty: bool
+    stdin_open: bool
+    ready: bool
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, process_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., state: _Optional[_Union[ProcessState, str]] = ..., exit_code: _Optional[int] = ..., killed_by: _Optional[_Union[KilledBy, str]] = ..., started_at_ms: _Optional[int] = ..., ended_at_ms: _Optional[int] = ..., cpu_ms: _Optional[int] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., pty: _Optional[bool] = ..., stdin_open: _Optional[bool] = ..., ready: _Optional[bool] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListProcessesRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListProcessesResponse(_message.Message):
+    __slots__ = ("processes",)
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[Process]
+    def __init__(self, processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ...) -> None: ...
+
+class ReadProcessOutputRequest(_message.Message):
+    __slots__ = ("session_id", "process_id", "stdout_offset", "stderr_offset", "follow")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    process_id: str
+    stdout_offset: int
+    stderr_offset: int
+    follow: bool
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class ProcessOutput(_message.Message):
+    __slots__ = ("chunk", "end")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    chunk: ProcessOutputChunk
+    end: ProcessOutputEnd
+    def __init__(self, chunk: _Optional[_Union[ProcessOutputChunk, _Mapping]] = ..., end: _Optional[_Union[ProcessOutputEnd, _Mapping]] = ...) -> None: ...
+
+class ProcessOutputChunk(_message.Message):
+    __slots__ = ("stream", "offset", "data", "skipped")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    stream: ProcessStream
+    offset: int
+    data: bytes
+    skipped: int
+    def __init__(self, stream: _Optional[_Union[ProcessStream, str]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., skipped: _Optional[int] = ...) -> None: ...
+
+class ProcessOutputEnd(_message.Message):
+    __slots__ = ("stdout_offset", "stderr_offset", "process")
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    stdout_offset: int
+    stderr_offset: int
+    process: Process
+    def __init__(self, stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., process: _Optional[_Union[Process, _Mapping]] = ...) -> None: ...
+
+class WriteProcessInputRequest(_message.Message):
+    __slots__ = ("session_id", "process_id", "data", "close")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    process_id: str
+    data: bytes
+    close: bool
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., data: _Optional[bytes] = ..., close: _Optional[bool] = ...) -> None: ...
+
+class WriteProcessInputResponse(_message.Message):
+    __slots__ = ("written", "closed")
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    written: int
+    closed: bool
+    def __init__(self, written: _Optional[int] = ..., closed: _Optional[bool] = ...) -> None: ...
+
+class ResizeProcessRequest(_message.Message):
+    __slots__ = ("session_id", "process_id", "rows", "cols")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    process_id: str
+    rows: int
+    cols: int
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class ResizeProcessResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SignalProcessRequest(_message.Message):
+    __slots__ = ("session_id", "process_id", "signal")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    process_id: str
+    signal: ProcessSignal
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ..., signal: _Optional[_Union[ProcessSignal, str]] = ...) -> None: ...
+
+class SignalProcessResponse(_message.Message):
+    __slots__ = ("process",)
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process: Process
+    def __init__(self, process: _Optional[_Union[Process, _Mapping]] = ...) -> None: ...
+
+class StopProcessRequest(_message.Message):
+    __slots__ = ("session_id", "process_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    process_id: str
+    def __init__(self, session_id: _Optional[str] = ..., process_id: _Optional[str] = ...) -> None: ...
+
+class StopProcessResponse(_message.Message):
+    __slots__ = ("process",)
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process: Process
+    def __init__(self, process: _Optional[_Union[Process, _Mapping]] = ...) -> None: ...

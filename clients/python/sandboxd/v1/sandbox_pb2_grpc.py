@@ -175,6 +175,41 @@ class SandboxStub:
                 request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.SerializeToString,
                 response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.FromString,
                 _registered_method=True)
+        self.StartProcess = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/StartProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.StartProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.StartProcessResponse.FromString,
+                _registered_method=True)
+        self.ListProcesses = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/ListProcesses',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesResponse.FromString,
+                _registered_method=True)
+        self.ReadProcessOutput = channel.unary_stream(
+                '/sandboxd.v1.Sandbox/ReadProcessOutput',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ReadProcessOutputRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ProcessOutput.FromString,
+                _registered_method=True)
+        self.WriteProcessInput = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/WriteProcessInput',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputResponse.FromString,
+                _registered_method=True)
+        self.ResizeProcess = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/ResizeProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessResponse.FromString,
+                _registered_method=True)
+        self.SignalProcess = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/SignalProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessResponse.FromString,
+                _registered_method=True)
+        self.StopProcess = channel.unary_unary(
+                '/sandboxd.v1.Sandbox/StopProcess',
+                request_serializer=sandboxd_dot_v1_dot_sandbox__pb2.StopProcessRequest.SerializeToString,
+                response_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.StopProcessResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxServicer:
@@ -426,6 +461,86 @@ class SandboxServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProcess(self, request, context):
+        """Long-running processes: a development server, a watcher, a database, a
+        REPL. A process runs in the session's container exactly as a command
+        does (the same supervisor, user, limits, policy and slip guard; read
+        only sessions may start none), in its own process group, with no
+        timeout. It ends when it exits, when it is stopped or signalled, or
+        with its sandbox: ResetSandbox, CloseSession or the session's TTL end
+        it, and a restarted service lists it as interrupted. Loopback works in
+        the container, so a server a process starts is reachable from the
+        session's commands and other processes, and never from outside.
+
+        A running process does NOT keep its session from its idle timeout:
+        only calls do (a ReadProcessOutput that follows counts as a call for as
+        long as it streams). A forgotten server must not keep a sandbox alive.
+
+        Starts a process. Answers once it started or, with `ready`, once it is
+        ready, has exited, or the readiness time limit passed (`ready_state`
+        says which, with the output so far). A session runs at most the
+        operator's ceiling of live processes (serve --max-processes, default
+        16): past it, TOO_MANY_PROCESSES naming the ones running.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProcesses(self, request, context):
+        """Every process the session started, oldest first: running ones and
+        those that ended (with how), including those a restart interrupted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadProcessOutput(self, request, context):
+        """A process's output from byte offsets of its stdout and stderr: chunks,
+        then `end` with the offsets to continue from. With `follow`, new
+        output streams as it comes until the process ends. Each stream keeps
+        a bounded buffer (serve --process-output-bytes): its head and its most
+        recent tail; a chunk's `skipped` counts the bytes between the offset
+        asked for and the chunk that were not kept. Output stays readable
+        after the process ended, until the session closes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WriteProcessInput(self, request, context):
+        """Writes bytes to a process's input (a pipe, with `stdin`, or its
+        terminal, with `pty`) and optionally closes it. Answers once the
+        process took the bytes; one that does not read them within 10 s is
+        PROCESS_NOT_READING (what it took is counted in the message).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizeProcess(self, request, context):
+        """Sets the size of a process's terminal (pty processes only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SignalProcess(self, request, context):
+        """Sends INT, TERM or KILL to the process's whole process group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopProcess(self, request, context):
+        """Stops a process with the kill ladder commands have (SIGTERM to its
+        group, 2 s of grace, SIGKILL, and the container as the hard stop) and
+        answers once it ended. Stopping one that already ended answers with
+        how it ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -563,6 +678,41 @@ def add_SandboxServicer_to_server(servicer, server):
                     servicer.Decide,
                     request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.FromString,
                     response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.SerializeToString,
+            ),
+            'StartProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.StartProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.StartProcessResponse.SerializeToString,
+            ),
+            'ListProcesses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProcesses,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesResponse.SerializeToString,
+            ),
+            'ReadProcessOutput': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadProcessOutput,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ReadProcessOutputRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ProcessOutput.SerializeToString,
+            ),
+            'WriteProcessInput': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteProcessInput,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputResponse.SerializeToString,
+            ),
+            'ResizeProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizeProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessResponse.SerializeToString,
+            ),
+            'SignalProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SignalProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessResponse.SerializeToString,
+            ),
+            'StopProcess': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopProcess,
+                    request_deserializer=sandboxd_dot_v1_dot_sandbox__pb2.StopProcessRequest.FromString,
+                    response_serializer=sandboxd_dot_v1_dot_sandbox__pb2.StopProcessResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1300,6 +1450,195 @@ class Sandbox:
             '/sandboxd.v1.Sandbox/Decide',
             sandboxd_dot_v1_dot_sandbox__pb2.DecideRequest.SerializeToString,
             sandboxd_dot_v1_dot_sandbox__pb2.DecideResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/StartProcess',
+            sandboxd_dot_v1_dot_sandbox__pb2.StartProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.StartProcessResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListProcesses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/ListProcesses',
+            sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.ListProcessesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadProcessOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/ReadProcessOutput',
+            sandboxd_dot_v1_dot_sandbox__pb2.ReadProcessOutputRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.ProcessOutput.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteProcessInput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/WriteProcessInput',
+            sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.WriteProcessInputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizeProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/ResizeProcess',
+            sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.ResizeProcessResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SignalProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/SignalProcess',
+            sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.SignalProcessResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopProcess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxd.v1.Sandbox/StopProcess',
+            sandboxd_dot_v1_dot_sandbox__pb2.StopProcessRequest.SerializeToString,
+            sandboxd_dot_v1_dot_sandbox__pb2.StopProcessResponse.FromString,
             options,
             channel_credentials,
             insecure,

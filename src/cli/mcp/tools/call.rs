@@ -15,7 +15,10 @@ use super::args::*;
 use super::{Refused, Reply, Session, table};
 
 /// The arguments of a call as `T`, or a refusal saying what is wrong.
-fn args<T: serde::de::DeserializeOwned>(tool: &str, raw: JsonObject) -> Result<T, Refused> {
+pub(super) fn args<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    raw: JsonObject,
+) -> Result<T, Refused> {
     serde_json::from_value(Value::Object(raw)).map_err(|e| {
         Refused::new(
             "INVALID_ARGUMENT",
@@ -230,6 +233,9 @@ pub async fn call(
             Ok(Reply::text(render::report(&r)))
         }
         "submit_plan" => plan::call(session, args(name, raw)?, ctx).await,
+        name if super::process::TOOLS.contains(&name) => {
+            super::process::call(session, name, raw, ctx).await
+        }
         "reset_sandbox" => {
             let _: NoArgs = args(name, raw)?;
             let r = c
