@@ -117,6 +117,10 @@ pub enum Verb {
     /// toolchain, built with network, run without.
     #[command(subcommand)]
     Env(super::env::EnvCommand),
+    /// Long-running processes: `start`, `ps`, `logs`, `send`, `signal`,
+    /// `stop`.
+    #[command(flatten)]
+    Process(super::process::ProcessVerb),
     /// Print what changed in the workspace since the session began (or
     /// since a checkpoint) as a patch `git apply` takes: `sandboxd diff >
     /// fix.patch`. Exits 1 when changes are missing from it.
@@ -269,7 +273,7 @@ pub enum Verb {
 }
 
 /// Parses `--env KEY=VALUE`.
-fn parse_key_value(s: &str) -> Result<(String, String), String> {
+pub(super) fn parse_key_value(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))

@@ -8,9 +8,10 @@
 //! (the client verbs), `connect` (reaching the service), `print` (showing
 //! replies), `terminal` (neutralising what reaches a terminal), `env`
 //! (environments), `checkpoint` (changes and checkpoints), `transfer`
-//! (archives in and out, patches), `approvals` (a person deciding plans and
-//! `ask` calls), `mcp` (the tools of a session for MCP clients), `demo` and
-//! `bench`. The library never depends on any of it.
+//! (archives in and out, patches), `process` (long-running processes),
+//! `approvals` (a person deciding plans and `ask` calls), `mcp` (the tools
+//! of a session for MCP clients), `demo` and `bench`. The library never
+//! depends on any of it.
 
 mod approvals;
 pub mod bench;
@@ -23,6 +24,7 @@ pub mod image;
 mod logfmt;
 pub mod mcp;
 mod print;
+mod process;
 pub mod serve;
 mod terminal;
 mod token;
@@ -98,7 +100,8 @@ pub enum Command {
         #[arg(long)]
         workspace_identity: Option<String>,
     },
-    /// The client verbs: `run`, `session`, `env`, `diff`, `checkpoint`,
+    /// The client verbs: `run`, `session`, `env`, `start`, `ps`, `logs`,
+    /// `send`, `signal`, `stop`, `diff`, `checkpoint`,
     /// `upload`, `download`, `apply`, `read`, `create`, `edit`, `ls`,
     /// `find`, `report`, `approvals`, `approve`, `reject`, `grep`.
     #[command(flatten)]

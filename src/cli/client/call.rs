@@ -111,6 +111,9 @@ async fn call(
                 }
             }),
         Verb::Env(cmd) => crate::cli::env::call(&mut c, cmd, con).await,
+        Verb::Process(verb) => {
+            return crate::cli::process::call(&mut c, need_session()?, verb, con).await;
+        }
         Verb::Diff {
             since,
             max_bytes,

@@ -2,6 +2,7 @@
 //! client in one session, interactive programs on a pipe and on a
 //! terminal, hostile processes, and a restart of the service.
 
+mod cli;
 mod hostile;
 mod interactive;
 mod restart;
