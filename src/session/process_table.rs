@@ -21,6 +21,10 @@ use crate::sandbox::{KilledBy, Process};
 
 /// Bytes of output one chunk of a read carries at most.
 pub const CHUNK: usize = 64 * 1024;
+/// Ended processes whose output is kept; older ones are known from the
+/// journal only (how they ended, not what they wrote), so a session that
+/// starts process after process holds a bounded amount of output.
+pub const ENDED_KEPT: usize = 32;
 
 /// Where a process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,9 +316,19 @@ impl Processes {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a process just started.
+    /// Adds a process just started, letting go of the output of the
+    /// oldest ended ones past [`ENDED_KEPT`].
     pub fn insert(&self, live: Arc<Live>) {
-        self.table().insert(live.id, live);
+        let mut table = self.table();
+        table.insert(live.id, live);
+        let ended: Vec<u64> = table
+            .iter()
+            .filter(|(_, p)| p.has_ended())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ended.iter().take(ended.len().saturating_sub(ENDED_KEPT)) {
+            table.remove(id);
+        }
     }
 
     /// Process `id`, if this service started it.

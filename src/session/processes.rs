@@ -337,9 +337,16 @@ async fn follow(
                     stderr_bytes,
                     notes,
                 };
+                // Journaled first: once the table shows the end, the
+                // journal holds it too (an ended process may leave the
+                // table for the journal at any time).
+                let session = session.upgrade();
+                if let Some(session) = &session {
+                    session.journal.process_ended(live.id, end.clone());
+                }
                 {
                     let mut st = live.state();
-                    st.end = Some(end.clone());
+                    st.end = Some(end);
                     st.stdin_open = false;
                 }
                 // A writer waiting for its answer gets none: it ended.
@@ -348,14 +355,13 @@ async fn follow(
                     .unwrap_or_else(|e| e.into_inner())
                     .take();
                 live.bump();
-                if let Some(session) = session.upgrade() {
-                    session.journal.process_ended(live.id, end);
-                    if ending.is_none() {
-                        session
-                            .sandbox
-                            .ended(live.handle.container(), exit.killed_by)
-                            .await;
-                    }
+                if let Some(session) = session
+                    && ending.is_none()
+                {
+                    session
+                        .sandbox
+                        .ended(live.handle.container(), exit.killed_by)
+                        .await;
                 }
                 return;
             }

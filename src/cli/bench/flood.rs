@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{AnyError, Client, Row, close, docker_cli, new_session, run_cmd, stats, verdict};
 
 /// The process's peak resident memory.
-fn peak_rss_kib() -> u64 {
+pub(super) fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

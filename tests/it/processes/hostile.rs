@@ -227,3 +227,31 @@ async fn a_read_only_session_starts_no_process() {
     assert!(list(&server.client, &open).await.is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn process_after_process_keeps_the_output_of_the_newest_ended_ones_only() {
+    let server = TestServer::with_docker().await;
+    let (sid, _) = server.session().await;
+    let client = &server.client;
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        let p = start(client, start_req(&sid, &format!("echo run-{i}")))
+            .await
+            .process
+            .unwrap();
+        // Each one ends before the next starts.
+        read(client, &sid, &p.process_id, [0, 0], true).await;
+        ids.push(p.process_id);
+    }
+    // One more start lets go of the oldest ended ones' output.
+    start(client, start_req(&sid, "true")).await;
+    let oldest = read(client, &sid, &ids[0], [0, 0], false).await;
+    assert!(oldest.chunks.is_empty(), "its output was let go");
+    let known = oldest.end.process.unwrap();
+    assert_eq!(known.state, pb::ProcessState::Exited as i32, "{known:?}");
+    assert_eq!(known.stdout_bytes, 6, "how it ended is kept");
+    let newest = read(client, &sid, &ids[39], [0, 0], false).await;
+    assert_eq!(newest.stdout(), "run-39\n");
+    assert_eq!(list(client, &sid).await.len(), 41);
+    server.stop().await;
+}

@@ -25,7 +25,7 @@ use crate::sandbox::supervisor::frames::{self, event};
 const USAGE_EVERY: Duration = Duration::from_secs(1);
 const PORT_EVERY: Duration = Duration::from_millis(25);
 /// Bytes read from a process's output at once (one frame at most).
-const CHUNK: usize = 32 * 1024;
+const CHUNK: usize = 256 * 1024;
 
 /// What the request loop may do to a running process.
 struct Control {
@@ -213,26 +213,27 @@ pub(super) async fn run(
     // Its streams: a terminal's controlling side, or pipes.
     type Out = Reader<Box<dyn AsyncRead + Unpin + Send>>;
     type In = Box<dyn AsyncWrite + Unpin + Send>;
-    let (mut out, mut err, input): (Option<Out>, Option<Out>, Option<In>) =
-        match &master {
-            Some(m) => match terminal_halves(m) {
-                Ok((read, write)) => (
-                    Some(Reader::sized(Box::new(read), CHUNK)),
-                    None,
-                    Some(Box::new(write)),
-                ),
-                Err(_) => (None, None, None),
-            },
-            None => (
-                child.stdout.take().map(|p| {
-                    Reader::sized(Box::new(p) as Box<dyn AsyncRead + Unpin + Send>, CHUNK)
-                }),
-                child.stderr.take().map(|p| {
-                    Reader::sized(Box::new(p) as Box<dyn AsyncRead + Unpin + Send>, CHUNK)
-                }),
-                child.stdin.take().map(|p| Box::new(p) as In),
+    let (mut out, mut err, input): (Option<Out>, Option<Out>, Option<In>) = match &master {
+        Some(m) => match terminal_halves(m) {
+            Ok((read, write)) => (
+                Some(Reader::sized(Box::new(read), CHUNK)),
+                None,
+                Some(Box::new(write)),
             ),
-        };
+            Err(_) => (None, None, None),
+        },
+        None => (
+            child.stdout.take().map(|p| {
+                widen(&p);
+                Reader::sized(Box::new(p) as Box<dyn AsyncRead + Unpin + Send>, CHUNK)
+            }),
+            child.stderr.take().map(|p| {
+                widen(&p);
+                Reader::sized(Box::new(p) as Box<dyn AsyncRead + Unpin + Send>, CHUNK)
+            }),
+            child.stdin.take().map(|p| Box::new(p) as In),
+        ),
+    };
     let feed = input.map(|sink| {
         let (feed_tx, feed_rx) = mpsc::channel(2);
         tokio::spawn(feed_input(sink, feed_rx, master.is_some(), tx.clone(), id));
@@ -317,6 +318,13 @@ pub(super) async fn run(
         ..Default::default()
     };
     send(event::Kind::Exit(exit)).await;
+}
+
+/// Widens an output pipe to the kernel's most for an unprivileged pipe
+/// (1 MiB by default): a process that writes fast fills fewer, larger
+/// frames. Where it cannot, the pipe keeps its size.
+fn widen(pipe: &impl AsFd) {
+    let _ = rustix::pipe::fcntl_setpipe_size(pipe, CHUNK * 4);
 }
 
 /// The reading and writing halves of a terminal's controlling side.
