@@ -153,6 +153,9 @@ pub struct LiveState {
     /// A piece of input timed out and was not answered yet: the input
     /// takes nothing more until it is.
     pub input_stuck: bool,
+    /// Nobody waits for its readiness any more (StartProcess answered):
+    /// its output is no longer matched.
+    pub ready_unwatched: bool,
 }
 
 /// One process started by this service.

@@ -373,6 +373,9 @@ async fn follow(
 /// Keeps output of stream `stream` and looks for readiness in it.
 fn output(live: &Live, matcher: &mut Option<Matcher>, stream: usize, bytes: &[u8]) {
     live.output()[stream].push(bytes);
+    if matcher.is_some() && live.state().ready_unwatched {
+        *matcher = None;
+    }
     if let Some(m) = matcher
         && m.push(stream, bytes)
     {
