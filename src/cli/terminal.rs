@@ -283,6 +283,25 @@ fn write_args<W: Write>(
     );
 }
 
+/// How many bytes at the end of `bytes` begin a UTF-8 character whose rest
+/// has not come yet (0 when the end is whole, or is not UTF-8 at all).
+pub fn unfinished_char(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(4) {
+        let b = bytes[bytes.len() - back];
+        if b & 0xC0 == 0x80 {
+            continue;
+        }
+        let len = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => 1,
+        };
+        return if len > back { back } else { 0 };
+    }
+    0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::{LogsArgs, show};
 use crate::cli::connect::Client;
 use crate::cli::print::Stdio;
+use crate::cli::terminal::unfinished_char;
 
 /// Names of the two streams, by index.
 const STREAMS: [&str; 2] = ["stdout", "stderr"];
@@ -200,25 +201,6 @@ impl Sink {
         }
         con.status(args);
     }
-}
-
-/// How many bytes at the end of `bytes` begin a UTF-8 character whose rest
-/// has not come yet (0 when the end is whole, or is not UTF-8 at all).
-fn unfinished_char(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(4) {
-        let b = bytes[bytes.len() - back];
-        if b & 0xC0 == 0x80 {
-            continue;
-        }
-        let len = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => 1,
-        };
-        return if len > back { back } else { 0 };
-    }
-    0
 }
 
 #[cfg(test)]

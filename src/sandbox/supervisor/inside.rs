@@ -291,10 +291,7 @@ async fn run_one(
         }
         status = child.try_wait().ok().flatten();
     }
-    let exit_code = status.map_or(-1, |s| {
-        s.code()
-            .map_or_else(|| 128 + s.signal().unwrap_or(0) as i64, i64::from)
-    });
+    let exit_code = exit_code(status);
     let exit = frames::Exit {
         exit_code,
         timed_out,
@@ -305,6 +302,14 @@ async fn run_one(
         signal: status.and_then(|s| s.signal()).unwrap_or(0),
     };
     send(event::Kind::Exit(exit)).await;
+}
+
+/// The exit code of `status` (128+n for signal n), -1 when unknown.
+fn exit_code(status: Option<std::process::ExitStatus>) -> i64 {
+    status.map_or(-1, |s| {
+        s.code()
+            .map_or_else(|| 128 + s.signal().unwrap_or(0) as i64, i64::from)
+    })
 }
 
 /// Makes `cmd` start as a command of the session: the OOM killer's first

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::call::args;
 use super::{Refused, Reply, Session};
 use crate::cli::connect::Client;
-use crate::cli::terminal::neutralise;
+use crate::cli::terminal::{neutralise, unfinished_char};
 
 /// The tools of this module, by name.
 pub const TOOLS: [&str; 5] = [
@@ -666,25 +666,6 @@ async fn wait_for_news(
             },
         }
     }
-}
-
-/// How many bytes at the end of `bytes` are the start of a UTF-8
-/// character whose rest has not come yet.
-fn unfinished_char(bytes: &[u8]) -> usize {
-    for back in 1..=bytes.len().min(4) {
-        let b = bytes[bytes.len() - back];
-        if b & 0xC0 == 0x80 {
-            continue;
-        }
-        let len = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => 1,
-        };
-        return if len > back { back } else { 0 };
-    }
-    0
 }
 
 /// `text` cut to `cap` characters: its start and its end, with a note of

@@ -17,7 +17,7 @@ use rustix::process::{Pid, Signal};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DRAIN_AFTER_EXIT, Reader, ladder, prepare, read_some, spawn_retrying};
+use super::{DRAIN_AFTER_EXIT, Reader, exit_code, ladder, prepare, read_some, spawn_retrying};
 use crate::sandbox::command::KilledBy;
 use crate::sandbox::supervisor::frames::{self, event};
 
@@ -307,10 +307,7 @@ pub(super) async fn run(
         }
         status = child.try_wait().ok().flatten();
     }
-    let exit_code = status.map_or(-1, |s| {
-        s.code()
-            .map_or_else(|| 128 + s.signal().unwrap_or(0) as i64, i64::from)
-    });
+    let exit_code = exit_code(status);
     let exit = frames::Exit {
         exit_code,
         rung: killed_by.into(),
