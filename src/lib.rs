@@ -27,11 +27,12 @@
 //! 7. `workspace`: the host-side file tools, confined to the workspace.
 //! 8. `policy`: the one place deciding what a session may write and run.
 //! 9. `sandbox`: containers, and the commands run in them.
-//! 10. `state`, `provision`, `secret`, `metrics`, `pb`: the service's
-//!     private state directory, touched through directory fds; the host
-//!     programs it needs, installed when missing; making and comparing
-//!     secrets; the counters an operator graphs; the generated wire types,
-//!     which only layers 1 and 2 use.
+//! 10. `state`, `provision`, `secret`, `metrics`, `profile`, `pb`: the
+//!     service's private state directory, touched through directory fds;
+//!     the host programs it needs, installed when missing; making and
+//!     comparing secrets; the counters an operator graphs; the marks that
+//!     show where a command's time goes; the generated wire types, which
+//!     only layers 1 and 2 use.
 
 #![warn(missing_docs)]
 
@@ -45,6 +46,7 @@ pub mod local;
 pub mod metrics;
 pub mod pb;
 pub mod policy;
+pub mod profile;
 pub mod provision;
 pub mod sandbox;
 pub mod secret;

@@ -178,13 +178,22 @@ impl Sandbox for SandboxService {
     type RunCommandStream = EventStream;
 
     async fn run_command(&self, req: Request<pb::RunCommandRequest>) -> Reply<EventStream> {
+        crate::profile::mark("service: call received");
         let caller = caller(&req);
         let r = req.into_inner();
+        let Ok(output) = pb::OutputMode::try_from(r.output) else {
+            return Err(crate::session::Error::InvalidArgument {
+                field: "output",
+                why: "give OUTPUT_MODE_BOTH, OUTPUT_MODE_CHUNKS or OUTPUT_MODE_RESULT".into(),
+            }
+            .into());
+        };
         let session = self.registry.get(&caller, &r.session_id)?;
         let stream: EventStream = match session.run_command(r.into()).await? {
-            Gated::Done(events) => {
-                Box::pin(ReceiverStream::new(events).map(|e| Ok(pb::RunCommandEvent::from(e))))
-            }
+            Gated::Done(events) => Box::pin(
+                ReceiverStream::new(events)
+                    .filter_map(move |e| std::future::ready(output.shape(e).map(Ok))),
+            ),
             Gated::Rejected(r) => Box::pin(futures_util::stream::once(async move {
                 Ok(pb::RunCommandEvent::from(r))
             })),

@@ -18,6 +18,9 @@
 //! - `run/<id>`: the socket directory of a session's supervisor.
 //! - `history/<id>`: the kept contents of a session's checkpoints and of
 //!   its starting point, out of reach of its commands.
+//! - `closing/<id>`: the mark of a volume whose session closed and which
+//!   is being removed (after the close answered): a service that stops
+//!   before it is gone removes it at its next start, whatever it holds.
 //! - `quarantine/`: workspaces with something in them that no session owns
 //!   any more (a session whose record was lost or could not come back):
 //!   moved here, never deleted, for the operator to look at and empty.
@@ -147,6 +150,9 @@ struct Inner {
     run: Dir,
     history: Dir,
     quarantine: Dir,
+    /// One empty file per volume whose session closed before the volume
+    /// was removed: the sweep removes such a volume, never quarantines it.
+    closing: Dir,
     /// The service may mount: fresh workspaces get their own filesystem
     /// (with a quota) and existing directories can be pinned.
     can_mount: bool,
@@ -197,6 +203,7 @@ impl Volumes {
                 run: state.subdir("run")?,
                 history: state.subdir("history")?,
                 quarantine: state.subdir("quarantine")?,
+                closing: state.subdir("closing")?,
                 can_mount,
             }),
         })
@@ -366,10 +373,32 @@ impl Volume {
             .map_err(|e| Error::Gone(format!("{}: {e}", self.path.display())))
     }
 
+    /// Marks the volume as its session's, closed: from now on it is
+    /// removed, by [`Volume::remove`] or, if the service stops first, by
+    /// the sweep at its next start (never quarantined). Blocking (one
+    /// empty file made).
+    pub fn mark_closed(&self) -> io::Result<()> {
+        rustix::fs::openat(
+            &self.inner.closing.fd,
+            self.id.as_str(),
+            OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(())
+    }
+
     /// Unmounts and removes the volume: for a fresh workspace, everything
     /// in it; for a pin, only the pin (the lent directory stays). The
-    /// session's history goes with it. Blocking.
+    /// session's history goes with it, then its closing mark. Blocking.
     pub fn remove(&self) -> io::Result<()> {
+        self.remove_parts()?;
+        match rustix::fs::unlinkat(&self.inner.closing.fd, self.id.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn remove_parts(&self) -> io::Result<()> {
         match remove_tree_at(&self.inner.history.fd, std::ffi::OsStr::new(&self.id)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}

@@ -57,9 +57,10 @@ fn parse_pool(s: &str) -> Result<(String, usize), String> {
 /// The flags of `serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on: HOST:PORT, or unix:/PATH for a Unix socket
-    /// (mode 0600: only this user may connect, unless --socket-group). A
-    /// non-loopback TCP address requires a token.
+    /// Address to listen on: HOST:PORT (port 0 takes a free one, named in
+    /// the log), or unix:/PATH for a Unix socket (mode 0600: only this user
+    /// may connect, unless --socket-group). A non-loopback TCP address
+    /// requires a token.
     #[arg(long, env = "SANDBOXD_LISTEN", default_value = defaults::LISTEN, value_parser = parse_listen)]
     listen: ListenAddr,
     /// Group whose members may use the Unix socket of --listen unix:/PATH:

@@ -20,6 +20,31 @@ impl From<pb::RunCommandRequest> for CommandRequest {
     }
 }
 
+impl pb::OutputMode {
+    /// `event` as a caller who asked for this mode gets it: `None` for a
+    /// chunk it did not ask for; an exit without the text its chunks
+    /// carried.
+    pub fn shape(self, event: Event) -> Option<pb::RunCommandEvent> {
+        let chunk = matches!(event, Event::Stdout(_) | Event::Stderr(_));
+        if chunk && self == pb::OutputMode::Result {
+            return None;
+        }
+        let exit = matches!(event, Event::Exit(_));
+        let mut e = pb::RunCommandEvent::from(event);
+        if self == pb::OutputMode::Chunks
+            && let Some(pb::run_command_event::Event::Exit(x)) = &mut e.event
+        {
+            for s in [&mut x.stdout, &mut x.stderr].into_iter().flatten() {
+                s.text.clear();
+            }
+        }
+        if exit {
+            crate::profile::mark("service: exit converted");
+        }
+        Some(e)
+    }
+}
+
 impl From<KilledBy> for pb::KilledBy {
     fn from(k: KilledBy) -> Self {
         match k {

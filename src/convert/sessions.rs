@@ -33,7 +33,7 @@ impl From<Info> for pb::Session {
 impl From<Closed> for pb::CloseSessionResponse {
     fn from(c: Closed) -> Self {
         let message = if c.workspace_removed {
-            format!("closed session {}; its workspace was removed", c.id)
+            format!("closed session {}; its workspace is removed", c.id)
         } else {
             format!(
                 "closed session {}; the workspace directory was left in place",

@@ -83,6 +83,7 @@ impl Started {
         let container = self.container().to_string();
         let oom_before = rt.oom_kills(&container).await;
         let pids_before = rt.pids_refusals(&container).await;
+        crate::profile::mark("host: cgroup counters read before");
         let (mut report, client_gone) = match self.via {
             Via::Supervised(s) => s.drive(&events).await,
             Via::Exec(r) => r.drive(&events).await,
@@ -98,6 +99,7 @@ impl Started {
             (pids_before, rt.pids_refusals(&container).await),
             (Some(before), Some(after)) if after > before
         );
+        crate::profile::mark("host: cgroup counters read after");
         let mut notes = self.notes;
         notes.append(&mut report.notes);
         if report.pids_exhausted {
@@ -152,13 +154,25 @@ impl Sandbox {
             supervisor::host::make_socket_dir(dir)?;
         }
         self.verify_workspace()?;
+        crate::profile::mark("host: workspace verified");
         let id = self.runtime.start_container(&self.spec).await?;
         *slot = Some(id.clone());
         drop(slot);
-        // Start the supervisor now, so the first command does not wait for it.
-        if self.spec.supervisor.is_some()
-            && let Err(e) = self.link(&id).await
-        {
+        // Start the supervisor now, so the first command does not wait for
+        // it, and have it run one command: the first spawn of a shell in a
+        // new container looks up the shell, its loader and its libraries
+        // through the container's filesystem (several milliseconds on an
+        // overlay served from user space), and that is not a caller's time.
+        let linked = match self.spec.supervisor {
+            Some(_) => self.link(&id).await.map(Some),
+            None => Ok(None),
+        };
+        crate::profile::mark("host: supervisor linked");
+        if let Ok(Some(link)) = &linked {
+            link.warm_up().await;
+            crate::profile::mark("host: first spawn warmed");
+        }
+        if let Err(e) = linked {
             if self.spec.workspace_bound {
                 // Whether the engine mounted another directory or the
                 // supervisor could not say: nothing runs in this one.
@@ -282,6 +296,18 @@ impl Sandbox {
         }
     }
 
+    /// Ends everything running in the container now: from the host where
+    /// the runtime can (a millisecond), else through the engine. The
+    /// container itself stays until [`Sandbox::close`].
+    pub async fn halt(&self) -> Result<(), Error> {
+        let id = self.container.lock().await.clone();
+        let Some(id) = id else { return Ok(()) };
+        if self.runtime.kill_now(&id).await {
+            return Ok(());
+        }
+        self.runtime.kill_container(&id).await
+    }
+
     /// Removes the container (session close) and its socket directory.
     pub async fn close(&self) -> Result<(), Error> {
         if let Some(dir) = &self.spec.socket_dir {
@@ -303,6 +329,7 @@ impl Sandbox {
         let mut notes = Vec::new();
         let hints = spec.hints.clone();
         let mut container = self.ensure().await?;
+        crate::profile::mark("host: container ensured");
         if self.spec.supervisor.is_some() {
             match self.supervised(&container, &spec).await {
                 Ok(via) => {
@@ -414,6 +441,7 @@ impl Sandbox {
 
     async fn supervised(&self, container: &str, spec: &CommandSpec) -> Result<Via, Error> {
         let link = self.link(container).await?;
+        crate::profile::mark("host: link confirmed");
         let started = std::time::Instant::now();
         // The link was up: failing to hand it a command means it died (the
         // reader may not have noticed yet), and the container with it is no

@@ -31,6 +31,7 @@ use super::image;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
 mod builds;
+mod cgroup;
 
 pub use builds::{BRIDGE as BUILD_BRIDGE, NETWORK as BUILD_NETWORK};
 
@@ -502,6 +503,9 @@ impl Runtime for DockerRuntime {
         )];
         if let Some(binary) = &spec.supervisor {
             mounts.push(bind(binary, super::supervisor::MOUNT_PATH, true));
+            if let Some(idle) = &spec.idle {
+                mounts.push(bind(idle, super::supervisor::idle::MOUNT_PATH, true));
+            }
         }
         if let Some(dir) = &spec.socket_dir {
             mounts.push(bind(dir, super::supervisor::RUN_PATH, true));
@@ -536,9 +540,10 @@ impl Runtime for DockerRuntime {
             // ENTRYPOINT and CMD say (an explicit entrypoint drops the
             // image's CMD). With the supervisor mounted, the image needs
             // nothing but `sh`.
-            entrypoint: Some(match spec.supervisor {
-                Some(_) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
-                None => vec!["sleep".into(), "infinity".into()],
+            entrypoint: Some(match (&spec.supervisor, &spec.idle) {
+                (Some(_), Some(_)) => vec![super::supervisor::idle::MOUNT_PATH.into()],
+                (Some(_), None) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
+                (None, _) => vec!["sleep".into(), "infinity".into()],
             }),
             cmd: Some(Vec::new()),
             // An image's HEALTHCHECK would run a command of its own in the
@@ -583,10 +588,12 @@ impl Runtime for DockerRuntime {
                 return Err(classify(Error::StartContainer, e));
             }
         };
+        crate::profile::mark("engine: container created");
         if let Err(e) = docker.start_container(&created.id, None).await {
             let _ = self.remove_container(&created.id).await;
             return Err(classify(Error::StartContainer, e));
         }
+        crate::profile::mark("engine: container started");
         Ok(created.id)
     }
 
@@ -670,11 +677,18 @@ impl Runtime for DockerRuntime {
     }
 
     async fn oom_kills(&self, container: &str) -> Option<u64> {
-        cgroup_oom_kills(container)
+        cgroup::oom_kills(container)
     }
 
     async fn pids_refusals(&self, container: &str) -> Option<u64> {
-        cgroup_pids_refusals(container)
+        cgroup::pids_refusals(container)
+    }
+
+    async fn kill_now(&self, container: &str) -> bool {
+        let id = container.to_string();
+        tokio::task::spawn_blocking(move || cgroup::kill_all(&id))
+            .await
+            .unwrap_or(false)
     }
 
     async fn died_of_oom(&self, container: &str) -> bool {
@@ -840,45 +854,6 @@ fn unix_seconds(text: &str) -> u64 {
         u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
     };
     parse().unwrap_or(0)
-}
-
-/// Reads a counter of the container's cgroup (`key N` in `file`), wherever
-/// the daemon's cgroup driver and version put it: under the cgroup v1
-/// controller `v1` or in the unified v2 hierarchy. Only works when the
-/// service shares the daemon's host (the usual case); `None` otherwise. A
-/// sysfs read is a memory copy, so it is done inline.
-fn cgroup_counter(id: &str, v1: &str, v1_file: &str, v2_file: &str, key: &str) -> Option<u64> {
-    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let candidates = [
-        format!("/sys/fs/cgroup/{v1}/docker/{id}/{v1_file}"),
-        format!("/sys/fs/cgroup/{v1}/system.slice/docker-{id}.scope/{v1_file}"),
-        format!("/sys/fs/cgroup/docker/{id}/{v2_file}"),
-        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/{v2_file}"),
-    ];
-    candidates.iter().find_map(|path| {
-        let text = std::fs::read_to_string(path).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .and_then(|n| n.trim().parse().ok())
-    })
-}
-
-/// How many processes of the container the OOM killer has ended.
-fn cgroup_oom_kills(id: &str) -> Option<u64> {
-    cgroup_counter(
-        id,
-        "memory",
-        "memory.oom_control",
-        "memory.events",
-        "oom_kill",
-    )
-}
-
-/// How many forks the container's pids limit has refused.
-fn cgroup_pids_refusals(id: &str) -> Option<u64> {
-    cgroup_counter(id, "pids", "pids.events", "pids.events", "max")
 }
 
 #[cfg(test)]

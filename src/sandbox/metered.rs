@@ -103,6 +103,10 @@ impl Runtime for Metered {
         self.inner.oom_kills(container).await
     }
 
+    async fn kill_now(&self, container: &str) -> bool {
+        self.inner.kill_now(container).await
+    }
+
     async fn pids_refusals(&self, container: &str) -> Option<u64> {
         self.inner.pids_refusals(container).await
     }

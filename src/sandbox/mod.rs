@@ -191,6 +191,10 @@ pub struct ContainerSpec {
     /// Host path of a static sandboxd binary, mounted read-only as the
     /// in-container supervisor; `None` runs every command as its own exec.
     pub supervisor: Option<PathBuf>,
+    /// Host path of the container's main process with a supervisor,
+    /// mounted read-only (see [`supervisor::idle`]); `None`: the
+    /// supervisor binary's `idle`.
+    pub idle: Option<PathBuf>,
     /// Host directory mounted read-only at `/.sandboxd/run`, where the
     /// service listens for the supervisor; `None` uses the exec's stdio.
     pub socket_dir: Option<PathBuf>,
@@ -250,6 +254,13 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// The host pid of an exec's main process, when the engine tells.
     async fn exec_pid(&self, _exec: &str) -> Option<i64> {
         None
+    }
+    /// Ends every process of the container at once, without the engine
+    /// (its container then exits; removing it is still the engine's).
+    /// False when that cannot be done here: the caller then kills it
+    /// through the engine.
+    async fn kill_now(&self, _container: &str) -> bool {
+        false
     }
     /// How many processes of the container the kernel's OOM killer has
     /// ended so far; `None` when the engine cannot tell.

@@ -40,6 +40,7 @@ impl Session {
                 return Err(e);
             }
         };
+        crate::profile::mark("session: request checked");
         let cwd = spec.cwd.clone();
         // The session's starting point is taken before its first change;
         // a restore waits for the command to end.
@@ -47,6 +48,7 @@ impl Session {
         let turn = self.history.write_turn().await;
         let seq = self.journal.next_seq();
         let busy = Busy::new(self);
+        crate::profile::mark("session: history turn taken");
         let running = match self.sandbox.start(spec).await {
             Ok(running) => {
                 self.set_sandbox_status(None);
@@ -59,8 +61,10 @@ impl Session {
                 return Err(e);
             }
         };
+        crate::profile::mark("session: command handed over");
         self.journal.command_started(seq, &command, &cwd);
         self.watch.started(seq, &command);
+        crate::profile::mark("session: start journaled");
         let (tx, rx) = mpsc::channel(64);
         let session = Arc::clone(self);
         // What the sandbox logs while the command runs names the session.
@@ -84,6 +88,7 @@ impl Session {
                         match &event {
                             Event::Stdout(text) => watch.output(seq, false, text),
                             Event::Stderr(text) => watch.output(seq, true, text),
+                            Event::Exit(_) => crate::profile::mark("session: exit forwarded"),
                             _ => {}
                         }
                         if tx.send(event).await.is_err() {
@@ -112,6 +117,7 @@ impl Session {
                 session
                     .journal
                     .command(seq, &command, &cwd, started, &report);
+                crate::profile::mark("session: end journaled");
                 session.sandbox.finished(&container, &report).await;
                 drop(turn);
                 drop(busy);

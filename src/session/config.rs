@@ -185,6 +185,10 @@ pub struct SandboxConfig {
     /// Host path of the static sandboxd binary mounted as the in-container
     /// supervisor; `None` runs each command as its own Docker exec.
     pub supervisor: Option<PathBuf>,
+    /// Host path of the program each container with a supervisor keeps
+    /// alive as its main process (see [`sandbox::supervisor::idle`]);
+    /// `None`: `sandboxd idle`. Set by the registry.
+    pub idle: Option<PathBuf>,
     /// Warm containers kept ready for new fresh-workspace sessions.
     pub pool_size: usize,
     /// Warm containers kept ready per environment, by name.
@@ -230,6 +234,7 @@ impl SandboxConfig {
             guard: SlipGuard::new(true, &[])
                 .unwrap_or_else(|_| unreachable!("built-in rules compile")),
             supervisor: None,
+            idle: None,
             pool_size: 0,
             environment_pools: BTreeMap::new(),
             socket_link: false,

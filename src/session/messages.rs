@@ -160,7 +160,8 @@ pub struct Reset {
 pub struct Closed {
     /// The closed session's id.
     pub id: String,
-    /// The workspace directory was removed (it belonged to the session).
+    /// The workspace belonged to the session and is being removed (right
+    /// after the answer).
     pub workspace_removed: bool,
     /// The session's journal, as it stood at the end.
     pub report: Report,

@@ -106,7 +106,8 @@ impl Pool {
         }
     }
 
-    /// Starts enough background fills of `image` to have `want` ready.
+    /// Starts enough background fills of `image` to have `want` ready,
+    /// each beginning `after` from now (its place is reserved at once).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fill(
         self: &Arc<Self>,
@@ -117,6 +118,7 @@ impl Pool {
         image: &str,
         want: usize,
         keep: Option<&super::records::Keep>,
+        after: Duration,
     ) {
         loop {
             if self.closed.load(Ordering::SeqCst) || self.paused.load(Ordering::SeqCst) {
@@ -149,6 +151,11 @@ impl Pool {
                 keep.cloned(),
             );
             tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                if pool.closed.load(Ordering::SeqCst) {
+                    pool.filling.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
                 let limits = config.sandbox.default_limits;
                 let prepared = prepare(&config, &runtime, &locks, &volumes, None, image, limits)
                     .await

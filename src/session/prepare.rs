@@ -129,6 +129,7 @@ pub(super) async fn reopen(
         ]),
         runtime: cfg.runtime.clone(),
         supervisor: cfg.supervisor.clone(),
+        idle: cfg.idle.clone(),
         socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(&id)),
     };
     Ok(Prepared {

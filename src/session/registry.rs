@@ -11,31 +11,31 @@
 //! went on unsupervised), so each comes back with a fresh one on its next
 //! command, and a command cut short is journaled as interrupted.
 //!
-//! One job per file: this one holds the table, lookups and closing; each
-//! file below uses only this one and files listed after it:
+//! One job per file: this one holds the table and lookups; each file
+//! below uses only this one and files listed after it:
+//! - `close`: closing sessions (on request, on idle timeout, at
+//!   shutdown), their removal finished after the answer;
 //! - `recover`: sessions brought back at start;
 //! - `open`: opening a session;
 //! - `pools`: the warm pools and the environments;
 //! - `sweep`: what an earlier instance leaked.
 
 mod approve;
+mod close;
 mod open;
 mod pools;
 mod recover;
 mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
 use super::approvals::Approvals;
 use super::builds::Builds;
 use super::config::Config;
 use super::error::{Error, StartError, Token};
-use super::messages::{Caller, Closed, Info};
+use super::messages::{Caller, Info};
 use super::pool::Pool;
-use super::prepare::discard;
 use super::records::Records;
 use super::tools::Session;
 use crate::journal::{self, Journal};
@@ -100,6 +100,10 @@ pub struct Registry {
     builds: Arc<Builds>,
     /// Plans and calls waiting for a person.
     approvals: Arc<Approvals>,
+    /// Closed sessions whose container and workspace are being removed.
+    teardowns: tokio_util::task::TaskTracker,
+    /// Closed sessions whose container is still being removed.
+    closing: Arc<close::Closing>,
 }
 
 impl Registry {
@@ -166,6 +170,9 @@ impl Registry {
             .collect::<Result<Vec<_>, _>>()?;
         let mut sandbox = config.sandbox.clone();
         sandbox.state_id = state_id;
+        if sandbox.supervisor.is_some() {
+            sandbox.idle = crate::sandbox::supervisor::idle::install(state.path());
+        }
         let durable = config.durable;
         let config = Arc::new(Config {
             allowed_roots,
@@ -203,6 +210,8 @@ impl Registry {
             pool: Arc::new(Pool::default()),
             builds: Arc::new(builds),
             approvals,
+            teardowns: tokio_util::task::TaskTracker::new(),
+            closing: Arc::default(),
         })
     }
 
@@ -344,155 +353,5 @@ impl Registry {
         }
         all.sort_by_key(|i| i.created);
         all
-    }
-
-    /// Closes `id` for `caller`: removes its container, and its workspace
-    /// if the session owns it.
-    pub async fn close(&self, caller: &Caller, id: &str) -> Result<Closed, Error> {
-        if !caller.may_use(id) {
-            return Err(Error::NotFound { id: id.to_string() });
-        }
-        self.close_session(id).await
-    }
-
-    async fn close_session(&self, id: &str) -> Result<Closed, Error> {
-        let session = self
-            .table()
-            .remove(id)
-            .ok_or_else(|| Error::NotFound { id: id.to_string() })?;
-        self.token_table().remove(&session.token_hash);
-        self.approvals.withdraw_session(id);
-        session
-            .processes
-            .ending_with_sandbox(super::tools::NOTE_CLOSED);
-        if let Err(e) = session.sandbox.close().await {
-            tracing::warn!(session = %id, error = %e, "cannot remove the session's container");
-        }
-        let workspace_removed = remove_volume(&session).await;
-        tracing::info!(session = %id, workspace_removed, "session closed");
-        self.forget(id).await;
-        let detail = if workspace_removed {
-            "workspace removed"
-        } else {
-            "workspace left in place"
-        };
-        session
-            .journal
-            .ok("CloseSession", "", Instant::now(), detail.to_string());
-        let mut report = session.journal.report(None, None);
-        report.checkpoints = session.history.list().await;
-        Ok(Closed {
-            id: id.to_string(),
-            workspace_removed,
-            report,
-        })
-    }
-
-    /// Closes every session idle past its TTL; returns their ids.
-    pub async fn reap_expired(&self) -> Vec<String> {
-        let now = Instant::now();
-        // A running command is activity: its session waits for it to end.
-        // So is a call waiting for a person (which ends by its timeout).
-        let expired: Vec<String> = self
-            .table()
-            .values()
-            .filter(|s| {
-                s.running.load(Ordering::SeqCst) == 0 && s.following.load(Ordering::SeqCst) == 0
-            })
-            .filter(|s| !self.approvals.waits_for(&s.id))
-            .filter(|s| s.idle_for(now) >= s.ttl)
-            .map(|s| s.id.clone())
-            .collect();
-        let mut closed = Vec::new();
-        for id in expired {
-            if self.close_session(&id).await.is_ok() {
-                tracing::info!(session = %id, "session expired");
-                closed.push(id);
-            }
-        }
-        closed
-    }
-
-    /// Closes every session and empties the pools (at shutdown). When
-    /// sessions are durable they are only put away: their containers go,
-    /// their workspaces are let go of and kept with their records and
-    /// journals for the next start.
-    pub async fn close_all(&self) {
-        let pools: Vec<&Arc<Pool>> = std::iter::once(&self.pool)
-            .chain(self.environment_pools.values())
-            .collect();
-        for pool in &pools {
-            for warm in pool.drain() {
-                discard(warm).await;
-            }
-        }
-        for pool in pools {
-            pool.settled().await;
-        }
-        let ids: Vec<String> = self.table().keys().cloned().collect();
-        if self.config.durable {
-            let sessions: Vec<Arc<Session>> = self.table().drain().map(|(_, s)| s).collect();
-            self.token_table().clear();
-            for session in sessions {
-                put_away(&session).await;
-            }
-            return;
-        }
-        for id in ids {
-            let _ = self.close_session(&id).await;
-        }
-    }
-}
-
-/// Puts a durable session away at shutdown: removes its container and
-/// lets go of its workspace's mount, keeping the workspace.
-async fn put_away(session: &Session) {
-    // Its processes go with the container; the service that comes back
-    // lists them as interrupted, as after a crash.
-    session.journal.interrupt_processes();
-    session
-        .processes
-        .ending_with_sandbox(crate::journal::NOTE_INTERRUPTED);
-    if let Err(e) = session.sandbox.close().await {
-        tracing::warn!(session = %session.id, error = %e, "cannot remove the session's container");
-    }
-    let volume = session
-        .volume
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    if let Some(volume) = volume {
-        match tokio::task::spawn_blocking(move || volume.release()).await {
-            Ok(Ok(())) => tracing::info!(session = %session.id, "session kept for the next start"),
-            Ok(Err(e)) => {
-                tracing::warn!(session = %session.id, error = %e, "cannot let go of the workspace's mount")
-            }
-            Err(e) => {
-                tracing::warn!(session = %session.id, error = %e, "letting go of the workspace failed")
-            }
-        }
-    }
-}
-
-/// Unmounts the session's volume (removing its workspace if the session
-/// owns it); true when a workspace was removed.
-async fn remove_volume(session: &Session) -> bool {
-    let volume = session
-        .volume
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let Some(volume) = volume else { return false };
-    let owned = volume.owns_workspace();
-    match tokio::task::spawn_blocking(move || volume.remove()).await {
-        Ok(Ok(())) => owned,
-        Ok(Err(e)) => {
-            tracing::warn!(session = %session.id, error = %e, "cannot remove the workspace volume");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(session = %session.id, error = %e, "workspace removal task failed");
-            false
-        }
     }
 }

@@ -31,6 +31,10 @@ impl Volumes {
                 })
                 .collect()
         };
+        // Volumes whose session closed: removed, whatever they hold.
+        let closed = crate::workspace::walk::list(&inner.closing.fd, usize::MAX)
+            .map(|(entries, _)| entries.into_iter().map(|e| e.name).collect::<Vec<_>>())
+            .unwrap_or_default();
         let fresh = if inner.can_mount {
             Kind::Filesystem
         } else {
@@ -49,15 +53,16 @@ impl Volumes {
                 };
                 // What someone may still want is moved aside, not deleted:
                 // a volume the host no longer mounts is mounted to be seen.
-                let holds_something = match kind {
-                    Kind::Filesystem => match inner.can_mount.then(|| volume.mount_again()) {
-                        // A volume that cannot be looked into is kept.
-                        Some(Err(_)) => true,
-                        _ => !volume.is_empty(),
-                    },
-                    Kind::Directory => !volume.is_empty(),
-                    Kind::Pin | Kind::Bound => false,
-                };
+                let holds_something = !closed.contains(&volume.id)
+                    && match kind {
+                        Kind::Filesystem => match inner.can_mount.then(|| volume.mount_again()) {
+                            // A volume that cannot be looked into is kept.
+                            Some(Err(_)) => true,
+                            _ => !volume.is_empty(),
+                        },
+                        Kind::Directory => !volume.is_empty(),
+                        Kind::Pin | Kind::Bound => false,
+                    };
                 if holds_something {
                     match volume.quarantine() {
                         Ok(to) => tracing::warn!(
@@ -77,6 +82,15 @@ impl Volumes {
                         tracing::warn!(volume = %volume.id, error = %e, "cannot remove a stale workspace")
                     }
                 }
+            }
+        }
+        // Marks whose volume is gone (removed above, or never made).
+        for id in stale(&inner.closing) {
+            let gone = |dir: &Dir| {
+                rustix::fs::statat(&dir.fd, id.as_str(), AtFlags::SYMLINK_NOFOLLOW).is_err()
+            };
+            if gone(&inner.workspaces) && gone(&inner.pins) {
+                let _ = rustix::fs::unlinkat(&inner.closing.fd, id.as_str(), AtFlags::empty());
             }
         }
         for name in stale(&inner.images) {
@@ -151,5 +165,52 @@ impl Volume {
         };
         let _ = remove_tree_at(&inner.history.fd, std::ffi::OsStr::new(&self.id));
         Ok(inner.quarantine.path.join(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::super::{Quota, Volumes};
+    use crate::state::StateDir;
+
+    /// A volume no session owns that holds something is quarantined; one
+    /// whose session closed (marked so before the close answered) is
+    /// removed whatever it holds, and its mark with it.
+    #[test]
+    fn a_closed_sessions_volume_is_removed_not_quarantined() {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        let quota = Quota {
+            disk_bytes: 32 << 20,
+            inodes: 4096,
+        };
+        let (closed, orphan) = (
+            volumes.fresh("closed1", quota, (1000, 1000)).unwrap(),
+            volumes.fresh("orphan1", quota, (1000, 1000)).unwrap(),
+        );
+        for v in [&closed, &orphan] {
+            std::fs::write(v.path().join("work"), "kept?\n").unwrap();
+        }
+        closed.mark_closed().unwrap();
+        let dir = base.path().join("state");
+        assert!(dir.join("closing/closed1").exists());
+        // The service stopped before either was removed; the next start
+        // sweeps.
+        for v in [closed, orphan] {
+            let _ = v.release();
+        }
+        assert_eq!(volumes.sweep(&[]), 1);
+        assert!(!dir.join("workspaces/closed1").exists());
+        assert!(!dir.join("closing/closed1").exists());
+        let quarantined: Vec<String> = std::fs::read_dir(dir.join("quarantine"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(quarantined.len(), 1, "{quarantined:?}");
+        assert!(quarantined[0].starts_with("orphan1"), "{quarantined:?}");
     }
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
+import re
 import sys
 import threading
 import time
@@ -36,12 +36,6 @@ def service_helpers() -> Any:
     return module
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class WebService:
     """A running service and the address of its web view."""
@@ -66,12 +60,18 @@ def start(metrics: bool = True) -> WebService:
     `--metrics-listen`, so the health page has counters to show); returns
     once the web view answers."""
     helpers = service_helpers()
-    web_port = free_port()
-    extra = ["--web-listen", f"127.0.0.1:{web_port}"]
+    # The service picks the ports (one found free beforehand could be taken
+    # before it binds); its log names the web view's.
+    extra = ["--web-listen", "127.0.0.1:0"]
     if metrics:
-        extra += ["--metrics-listen", f"127.0.0.1:{free_port()}"]
+        extra += ["--metrics-listen", "127.0.0.1:0"]
     service = helpers.start_service(f"-browser-{uuid.uuid4().hex[:8]}", *extra, pool_size=0)
-    web = WebService(service, f"http://127.0.0.1:{web_port}")
+    logged = re.search(r"web view at .*\baddr=(\S+)", service.log.read_text(errors="replace"))
+    if logged is None:
+        tail = service.log_tail()
+        helpers.stop_service(service)
+        raise RuntimeError(f"the service logged no web view address:\n{tail}")
+    web = WebService(service, f"http://{logged.group(1)}")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + 30
     while True:

@@ -116,9 +116,26 @@ struct Served {
 }
 
 impl Served {
+    /// A service on a Unix socket (`unix:<path>`).
     fn start(listen: &str, extra: &[&str]) -> Served {
         let dir = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new(common::SANDBOXD)
+        let child = Self::command(listen, extra, &dir)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Served { child, _dir: dir }
+    }
+
+    /// A service on a loopback port it picks, and that port.
+    fn tcp(extra: &[&str]) -> (Served, u16) {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, addr) = common::spawn_listening(&mut Self::command("127.0.0.1:0", extra, &dir));
+        (Served { child, _dir: dir }, addr.port())
+    }
+
+    fn command(listen: &str, extra: &[&str], dir: &tempfile::TempDir) -> std::process::Command {
+        let mut command = std::process::Command::new(common::SANDBOXD);
+        command
             .args(["serve", "--listen", listen, "--pool-size", "0"])
             .args(["--docker-host", common::NO_DOCKER])
             .arg("--state-dir")
@@ -128,11 +145,8 @@ impl Served {
                 &format!("sandboxd-auth-{}", std::process::id()),
             ])
             .args(extra)
-            .env_remove("SANDBOXD_TOKEN")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        Served { child, _dir: dir }
+            .env_remove("SANDBOXD_TOKEN");
+        command
     }
 
     /// The instance's state directory.
@@ -154,14 +168,6 @@ impl Drop for Served {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn wait_until(mut ready: impl FnMut() -> bool) {
@@ -199,18 +205,13 @@ async fn tls_admits_a_client_trusting_the_ca_and_refuses_plain_text() {
     let (ca_pem, cert, key) = pki(dir.path());
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, &ca_pem).unwrap();
-    let port = free_port();
-    let served = Served::start(
-        &format!("127.0.0.1:{port}"),
-        &[
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-            "--no-token",
-        ],
-    );
-    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    let (served, port) = Served::tcp(&[
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--no-token",
+    ]);
 
     // A client trusting the CA connects and works.
     let tls = ClientTlsConfig::new()
@@ -320,9 +321,10 @@ async fn unix_socket_listener_is_private_and_removed_at_exit() {
 /// refuses calls without it.
 #[tokio::test]
 async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
-    let port = free_port();
-    let served = Served::start(&format!("127.0.0.1:{port}"), &[]);
-    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    let (served, port) = Served::tcp(&[]);
+    // Asked for port 0, the service records the port it took.
+    let listen = std::fs::read_to_string(served.state().join("listen")).unwrap();
+    assert_eq!(listen.trim(), format!("127.0.0.1:{port}"));
     let file = served.state().join("token");
     let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
     assert_eq!(token.len(), 64, "{token}");
@@ -353,9 +355,7 @@ async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
     .unwrap();
     served.stop();
     // `--no-token` is the operator's explicit choice.
-    let port = free_port();
-    let served = Served::start(&format!("127.0.0.1:{port}"), &["--no-token"]);
-    wait_until(|| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).await;
+    let (served, port) = Served::tcp(&["--no-token"]);
     assert!(!served.state().join("token").exists());
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .unwrap()

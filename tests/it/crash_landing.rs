@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use sandboxd::pb;
 
 use crate::common;
-use crate::lifecycle::{RemoveOnDrop, Served, Unmount, service_name};
+use crate::served::{RemoveOnDrop, Served, Unmount, service_name};
 
 const FILES: usize = 20_000;
 

@@ -4,11 +4,12 @@
 //! session back with its files and journal, leaks no container and deletes
 //! no workspace; what no session owns any more is quarantined, not deleted.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common;
 use crate::common::{SANDBOXD, TestServer, containers_labelled, edit, edit_req, read_req, run};
+use crate::served::{RemoveOnDrop, Served, Unmount, service_name};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 
 #[tokio::test]
@@ -89,124 +90,6 @@ fn demo_command_shows_red_then_green() {
         stdout.contains("red (exit 1) -> green (exit 0)"),
         "{stdout}"
     );
-}
-
-/// A `sandboxd serve` child process.
-pub(crate) struct Served {
-    pub(crate) child: Child,
-    addr: String,
-}
-
-impl Served {
-    pub(crate) async fn start(service: &str, workspaces: &std::path::Path, pool: usize) -> Served {
-        Self::start_with(service, workspaces, pool, &[]).await
-    }
-
-    async fn start_with(
-        service: &str,
-        workspaces: &std::path::Path,
-        pool: usize,
-        extra: &[&str],
-    ) -> Served {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
-        let child = Command::new(SANDBOXD)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--service-name",
-                service,
-            ])
-            .args(["--pool-size", &pool.to_string(), "--no-token"])
-            .arg("--state-dir")
-            .arg(workspaces.join("state"))
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let addr = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            // Serving (a call answered) comes after the sessions are back
-            // and the startup sweep is done.
-            if let Ok(ch) = tonic::transport::Channel::from_shared(addr.clone())
-                .unwrap()
-                .connect()
-                .await
-                && SandboxClient::new(ch)
-                    .list_sessions(pb::ListSessionsRequest {})
-                    .await
-                    .is_ok()
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "sandboxd serve did not come up");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Served { child, addr }
-    }
-
-    pub(crate) async fn client(&self) -> common::Client {
-        let channel = tonic::transport::Channel::from_shared(self.addr.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        sandboxd::local::client(channel, sandboxd::local::Bearer::default())
-    }
-
-    /// SIGTERM, then wait (off the async thread, so client connections of
-    /// this test can still answer the server's goodbye).
-    pub(crate) async fn sigterm_and_wait(mut self) {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
-            rustix::process::Signal::TERM,
-        )
-        .unwrap();
-        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
-        let status = tokio::task::spawn_blocking(move || child.wait())
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(status.success(), "serve exited with {status}");
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Removes the containers carrying a label when the test ends, also when it
-/// fails half-way (this test leaks containers on purpose).
-pub(crate) struct RemoveOnDrop(pub(crate) String);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        common::remove_containers_labelled(&self.0);
-    }
-}
-
-/// Unmounts what a test leaves, also when it fails half-way.
-pub(crate) struct Unmount(pub(crate) std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        common::unmount_under(&self.0);
-    }
-}
-
-pub(crate) fn service_name() -> String {
-    format!(
-        "sandboxd-test-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..10]
-    )
 }
 
 /// Starts `command` in `session` and returns once it runs (its `started`
@@ -448,7 +331,7 @@ async fn sessions_survive_twenty_kills_mid_command() {
         })
         .await
         .unwrap();
-        assert!(!std::path::Path::new(&s.workspace_path).exists());
+        assert!(common::gone_soon(std::path::Path::new(&s.workspace_path)).await);
     }
     served.sigterm_and_wait().await;
     assert!(containers_labelled(&label).is_empty());
@@ -472,23 +355,18 @@ async fn sessions_come_back_without_docker_and_orphans_are_quarantined() {
     let base = tempfile::tempdir().unwrap();
     let state = base.path().join("state");
     let _unmount = Unmount(state.clone());
-    let start = |port: u16| {
-        Command::new(SANDBOXD)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--pool-size", "0", "--no-token"])
-            .args(["--docker-host", common::NO_DOCKER])
-            .arg("--state-dir")
-            .arg(&state)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
+    let start = || {
+        let (child, addr) = common::spawn_listening(
+            Command::new(SANDBOXD)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(["--pool-size", "0", "--no-token"])
+                .args(["--docker-host", common::NO_DOCKER])
+                .arg("--state-dir")
+                .arg(&state)
+                .stdout(Stdio::null()),
+        );
+        (child, format!("http://{addr}"))
     };
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("http://127.0.0.1:{port}");
     let serving = |addr: String| async move {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -501,8 +379,8 @@ async fn sessions_come_back_without_docker_and_orphans_are_quarantined() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let mut first = start(port);
-    let mut client = serving(addr.clone()).await;
+    let (mut first, addr) = start();
+    let mut client = serving(addr).await;
     let mut make = async || {
         client
             .create_session(pb::CreateSessionRequest::default())
@@ -524,8 +402,8 @@ async fn sessions_come_back_without_docker_and_orphans_are_quarantined() {
     }
     // And the host restarted: nothing is mounted any more.
     common::unmount_under(&state);
-    let mut second = start(port);
-    let mut c = serving(addr.clone()).await;
+    let (mut second, addr) = start();
+    let mut c = serving(addr).await;
     let listed = c
         .list_sessions(pb::ListSessionsRequest {})
         .await
@@ -656,13 +534,9 @@ async fn json_logs_are_one_object_a_line_with_the_session_id() {
     let base = tempfile::tempdir().unwrap();
     let state = base.path().join("state");
     let _unmount = Unmount(state.clone());
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let log = base.path().join("serve.log");
     let mut served = Command::new(SANDBOXD)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--listen", "127.0.0.1:0"])
         .args(["--pool-size", "0", "--no-token", "--log-format", "json"])
         .args(["--docker-host", common::NO_DOCKER])
         .arg("--state-dir")
@@ -671,7 +545,7 @@ async fn json_logs_are_one_object_a_line_with_the_session_id() {
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let addr = format!("http://127.0.0.1:{port}");
+    let addr = format!("http://{}", common::listening_in(&log).await);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut c = loop {
         if let Ok(mut c) = SandboxClient::connect(addr.clone()).await

@@ -10,7 +10,7 @@ use rustix::fs::{Mode, OFlags};
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 
 use crate::common::{self, SANDBOXD};
-use crate::lifecycle::Unmount;
+use crate::served::Unmount;
 
 /// A chain of `depth` directories under `top` (made by descriptor: its path
 /// is longer than a path may be) with a file `f` at the bottom; returns
@@ -34,19 +34,20 @@ fn deep_tree(top: &Path, depth: usize) -> OwnedFd {
     fd
 }
 
-pub(crate) fn serve(roots: &Path, state: &Path, port: u16) -> Child {
-    Command::new(SANDBOXD)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--pool-size", "0", "--no-token"])
-        .args(["--docker-host", common::NO_DOCKER])
-        .arg("--allow-root")
-        .arg(roots)
-        .arg("--state-dir")
-        .arg(state)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+/// `serve` over `state` on a loopback port it picks, and that port.
+pub(crate) fn serve(roots: &Path, state: &Path) -> (Child, u16) {
+    let (child, addr) = common::spawn_listening(
+        Command::new(SANDBOXD)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--pool-size", "0", "--no-token"])
+            .args(["--docker-host", common::NO_DOCKER])
+            .arg("--allow-root")
+            .arg(roots)
+            .arg("--state-dir")
+            .arg(state)
+            .stdout(Stdio::null()),
+    );
+    (child, addr.port())
 }
 
 pub(crate) async fn client(port: u16) -> SandboxClient<tonic::transport::Channel> {
@@ -61,11 +62,6 @@ pub(crate) async fn client(port: u16) -> SandboxClient<tonic::transport::Channel
         assert!(Instant::now() < deadline, "the service did not come up");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-pub(crate) fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// A session over a 3,000-deep lent tree survives a kill -9 (it used to be
@@ -83,8 +79,7 @@ async fn a_session_over_a_3000_deep_lent_tree_comes_back_after_a_kill() {
     std::fs::create_dir(&roots).unwrap();
     let _kept = deep_tree(&roots.join("kept"), 3000);
     let linked = deep_tree(&roots.join("linked"), 3000);
-    let port = free_port();
-    let mut first = serve(&roots, &state, port);
+    let (mut first, port) = serve(&roots, &state);
     let mut c = client(port).await;
     let open = |name: &str| {
         let req = pb::CreateSessionRequest {
@@ -107,8 +102,7 @@ async fn a_session_over_a_3000_deep_lent_tree_comes_back_after_a_kill() {
         rustix::fs::AtFlags::empty(),
     )
     .unwrap();
-    let port = free_port();
-    let mut second = serve(&roots, &state, port);
+    let (mut second, port) = serve(&roots, &state);
     c = client(port).await;
     let listed: Vec<String> = c
         .list_sessions(pb::ListSessionsRequest {})

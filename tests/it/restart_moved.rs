@@ -11,8 +11,8 @@ use std::path::Path;
 
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 
-use crate::lifecycle::Unmount;
-use crate::restart_deep::{client, free_port, serve};
+use crate::restart_deep::{client, serve};
+use crate::served::Unmount;
 
 /// Starts the service again over `state`; returns it, a client, and the
 /// session `id` as it lists it, if it came back.
@@ -25,8 +25,8 @@ async fn again(
     SandboxClient<tonic::transport::Channel>,
     Option<pb::Session>,
 ) {
-    let port = free_port();
-    let served = Serving(serve(roots, state, port));
+    let (served, port) = serve(roots, state);
+    let served = Serving(served);
     let mut c = client(port).await;
     let back = listed(&mut c)
         .await
@@ -84,8 +84,8 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     std::fs::create_dir_all(roots.join("decoy/a")).unwrap();
     std::fs::write(roots.join("decoy/a/f"), "decoy\n").unwrap();
 
-    let port = free_port();
-    let mut served = Serving(serve(&roots, &state, port));
+    let (served, port) = serve(&roots, &state);
+    let mut served = Serving(served);
     let mut c = client(port).await;
     let id = c
         .create_session(pb::CreateSessionRequest {

@@ -39,7 +39,7 @@ async fn fresh_session_lifecycle() {
         .unwrap()
         .into_inner();
     assert!(closed.workspace_removed);
-    assert!(!std::path::Path::new(&s.workspace_path).exists());
+    assert!(crate::common::gone_soon(std::path::Path::new(&s.workspace_path)).await);
     // The id is gone for every call.
     let read = c.read_file(read_req(&s.session_id, "a"));
     let err = assert_refused(read, "SESSION_NOT_FOUND").await;
@@ -200,7 +200,7 @@ async fn idle_sessions_expire_after_their_ttl() {
         // Polling with GetSession would keep it alive; wait past the TTL instead.
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    assert!(!std::path::Path::new(&s.workspace_path).exists());
+    assert!(crate::common::gone_soon(std::path::Path::new(&s.workspace_path)).await);
     srv.stop().await;
 }
 
@@ -270,5 +270,60 @@ async fn health_and_reflection_are_served() {
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
     assert!(names.contains(&"sandboxd.v1.Sandbox"), "{names:?}");
     assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+    srv.stop().await;
+}
+
+/// CloseSession answers at once, and nothing of the session runs past the
+/// answer: a process its command left writing into a lent directory has
+/// stopped by then (the directory stays as it was left), while the
+/// container goes right after.
+#[tokio::test]
+async fn closing_stops_everything_before_it_answers() {
+    let srv = TestServer::with_docker().await;
+    let mut c = srv.client.clone();
+    let project = srv.allowed_root.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::os::unix::fs::chown(&project, Some(1000), Some(1000)).unwrap();
+    std::fs::set_permissions(
+        &project,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let s = c
+        .create_session(pb::CreateSessionRequest {
+            workspace_path: project.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let ran = crate::common::run(
+        &c,
+        &s.session_id,
+        "(while :; do date +%s%N > tick.new && mv tick.new tick; sleep 0.01; done) \
+         >/dev/null 2>&1 &",
+        20_000,
+    )
+    .await;
+    assert_eq!(ran.exit.exit_code, 0, "{ran:?}");
+    let tick = project.join("tick");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !tick.exists() {
+        assert!(std::time::Instant::now() < until, "the writer never wrote");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    c.close_session(pb::CloseSessionRequest {
+        session_id: s.session_id.clone(),
+    })
+    .await
+    .unwrap();
+    let last = std::fs::read_to_string(&tick).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::read_to_string(&tick).unwrap(),
+        last,
+        "the session's process went on writing after the close answered"
+    );
+    assert!(srv.containers_gone_soon().await, "the container stayed");
     srv.stop().await;
 }

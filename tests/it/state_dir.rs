@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::{NO_DOCKER, SANDBOXD};
+use crate::common::{NO_DOCKER, SANDBOXD, spawn_listening};
 
 /// A `serve` this test started, killed (by pid) when dropped.
 struct Served(Child);
@@ -19,13 +18,8 @@ impl Drop for Served {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-/// `serve` on loopback `port` over `state`, without Docker and without a
-/// token of its own (it makes one).
+/// `serve` on loopback `port` (0: one it picks) over `state`, without
+/// Docker and without a token of its own (it makes one).
 fn serve(state: &Path, port: u16) -> Command {
     let mut cmd = Command::new(SANDBOXD);
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
@@ -36,21 +30,6 @@ fn serve(state: &Path, port: u16) -> Command {
         .env_remove("SANDBOXD_TOKEN_FILE")
         .stdin(Stdio::null());
     cmd
-}
-
-/// Waits (bounded) until the instance listens and has written its token.
-fn wait_ready(state: &Path, port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if state.join("token").exists()
-            && state.join("listen").exists()
-            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("serve did not come up on port {port}");
 }
 
 fn read(path: PathBuf) -> Vec<u8> {
@@ -64,24 +43,18 @@ fn read(path: PathBuf) -> Vec<u8> {
 fn a_second_serve_on_a_live_state_dir_is_refused_and_leaves_token_and_listen_untouched() {
     let base = tempfile::tempdir().unwrap();
     let state = base.path().join("state");
-    let port = free_port();
-    let _live = Served(
-        serve(&state, port)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_ready(&state, port);
+    let (live, addr) = spawn_listening(serve(&state, 0).stdout(Stdio::null()));
+    let _live = Served(live);
+    let port = addr.port();
     let before = (read(state.join("token")), read(state.join("listen")));
     let token_file = base.path().join("given-token");
     std::fs::write(&token_file, "a-token-of-the-second\n").unwrap();
     let socket = base.path().join("second.sock");
     let seconds: Vec<(&str, Command)> = vec![
-        ("another loopback port", serve(&state, free_port())),
+        ("another loopback port", serve(&state, 0)),
         ("the same port", serve(&state, port)),
         ("with a token file", {
-            let mut c = serve(&state, free_port());
+            let mut c = serve(&state, 0);
             c.arg("--token-file").arg(&token_file);
             c
         }),
@@ -126,7 +99,7 @@ fn an_open_journal_dir_is_refused_naming_its_flag() {
     let journals = base.path().join("journals");
     std::fs::create_dir(&journals).unwrap();
     std::fs::set_permissions(&journals, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = serve(&base.path().join("state"), free_port())
+    let out = serve(&base.path().join("state"), 0)
         .arg("--journal-dir")
         .arg(&journals)
         .output()
@@ -144,7 +117,7 @@ fn an_open_journal_dir_is_refused_naming_its_flag() {
     let open_state = base.path().join("open-state");
     std::fs::create_dir(&open_state).unwrap();
     std::fs::set_permissions(&open_state, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = serve(&open_state, free_port()).output().unwrap();
+    let out = serve(&open_state, 0).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the state directory"), "{stderr}");
 }
@@ -170,7 +143,7 @@ fn every_serve_a_test_starts_names_its_own_state_dir() {
             seen += 1;
             // The command ends where it is run.
             let rest = &text[at..];
-            let end = ["output()", "spawn()", "status()"]
+            let end = ["output()", "spawn()", "status()", "spawn_listening("]
                 .iter()
                 .filter_map(|run| rest.find(run))
                 .min()

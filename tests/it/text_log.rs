@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, SANDBOXD};
-use crate::lifecycle::Unmount;
+use crate::served::Unmount;
 use sandboxd::pb::{self, sandbox_client::SandboxClient};
 
 #[tokio::test]
@@ -28,13 +28,9 @@ async fn a_lent_directory_named_with_a_newline_forges_no_line_of_the_text_log() 
         std::fs::create_dir(roots.join(name)).unwrap();
         std::fs::write(roots.join(name).join("f"), "x\n").unwrap();
     }
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let log = base.path().join("serve.log");
     let mut served = Command::new(SANDBOXD)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["serve", "--listen", "127.0.0.1:0"])
         .args(["--pool-size", "0", "--no-token"])
         .args(["--docker-host", common::NO_DOCKER])
         .arg("--allow-root")
@@ -46,7 +42,7 @@ async fn a_lent_directory_named_with_a_newline_forges_no_line_of_the_text_log() 
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let addr = format!("http://127.0.0.1:{port}");
+    let addr = format!("http://{}", common::listening_in(&log).await);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut c = loop {
         if let Ok(mut c) = SandboxClient::connect(addr.clone()).await

@@ -170,6 +170,14 @@ def _ms(seconds: Optional[float], what: str) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
+# Which events of RunCommand carry the output (see Session.stream).
+_OUTPUT_MODES = {
+    "both": pb.OUTPUT_MODE_BOTH,
+    "chunks": pb.OUTPUT_MODE_CHUNKS,
+    "result": pb.OUTPUT_MODE_RESULT,
+}
+
+
 def _path(p: Optional[StrPath]) -> str:
     return "" if p is None else os.fspath(p)
 
@@ -1059,10 +1067,18 @@ class Session:
         env: Optional[Mapping[str, str]] = None,
         stdout_cap: Optional[int] = None,
         stderr_cap: Optional[int] = None,
+        output: str = "both",
     ) -> CommandStream:
         """Runs ``command`` and yields its events as they arrive (see
-        :class:`CommandStream`); arguments as for :meth:`run`."""
+        :class:`CommandStream`); arguments as for :meth:`run`. ``output``
+        says which events carry the output, so that it travels once:
+        ``"both"`` (chunks, and the whole capped result again in the
+        result), ``"chunks"`` (the result's ``stdout``/``stderr`` then hold
+        only what the chunks did not: the tail of a cut stream) or
+        ``"result"`` (no chunks)."""
         text = _command(command)
+        if output not in _OUTPUT_MODES:
+            raise ValueError(f"output must be one of {sorted(_OUTPUT_MODES)}, not {output!r}")
         req = pb.RunCommandRequest(
             session_id=self.id,
             command=text,
@@ -1071,6 +1087,7 @@ class Session:
             env=dict(env or {}),
             stdout_cap=stdout_cap or 0,
             stderr_cap=stderr_cap or 0,
+            output=_OUTPUT_MODES[output],
         )
         return CommandStream(self._client._stream_call(self._stub.RunCommand, req, self._metadata), text)
 
@@ -1092,8 +1109,16 @@ class Session:
         (default 4000). ``on_output`` sees each chunk as it arrives. A
         non-zero exit, a timeout or a person's rejection (``rejected`` set,
         the command never ran) is a result, not an exception."""
+        # Without a watcher of the chunks, the output travels once, in the result.
+        output = "both" if on_output is not None else "result"
         with self.stream(
-            command, timeout=timeout, cwd=cwd, env=env, stdout_cap=stdout_cap, stderr_cap=stderr_cap
+            command,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            stdout_cap=stdout_cap,
+            stderr_cap=stderr_cap,
+            output=output,
         ) as events:
             for event in events:
                 if on_output is not None and isinstance(event, t.OutputChunk):

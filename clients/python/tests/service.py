@@ -9,10 +9,10 @@ stopped with SIGTERM at the end (it removes its containers on a clean stop).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -78,10 +78,20 @@ def _binary() -> str:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _listening_on(log: Path, proc: subprocess.Popen, deadline: float) -> Optional[str]:
+    """The address a service given ``--listen 127.0.0.1:0`` took, from its
+    "sandboxd listening" line (a port found free beforehand could be taken by
+    another test before the service binds it); None if it exited or stayed
+    silent past the deadline."""
+    while time.monotonic() < deadline:
+        for line in log.read_text(errors="replace").splitlines():
+            found = re.search(r"sandboxd listening.*\baddr=(\S+)", line)
+            if found:
+                return found.group(1)
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.05)
+    return None
 
 
 def _mounts_under(prefix: Path) -> list[str]:
@@ -122,14 +132,10 @@ def start_service(
         approver_file.write_text(approver_token + "\n")
         approver_file.chmod(0o600)
         approver_flags = ["--approver-token-file", str(approver_file)]
+    # Unless told where, the service picks its port: its log names it.
+    pick = listen is None
     if listen is None:
-        listen = f"127.0.0.1:{_free_port()}"
-    if listen.startswith("unix:"):
-        addr = listen
-    elif ca_cert is not None:
-        addr = f"https://{listen}"
-    else:
-        addr = listen
+        listen = "127.0.0.1:0"
     log = tmp / "serve.log"
     # Existing directories may be lent from here (tmp is 0700, root's).
     roots = tmp / "roots"
@@ -156,6 +162,20 @@ def start_service(
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + START_TIMEOUT
+    if pick:
+        took = _listening_on(log, proc, deadline)
+        if took is None:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"sandboxd did not listen ({' '.join(cmd)}):\n{log.read_text(errors='replace')}", pytrace=False)
+        listen = took
+    if listen.startswith("unix:"):
+        addr = listen
+    elif ca_cert is not None:
+        addr = f"https://{listen}"
+    else:
+        addr = listen
     service = Service(
         name=name,
         addr=addr,
@@ -166,7 +186,6 @@ def start_service(
         ca_cert=ca_cert,
         approver_token=approver_token,
     )
-    deadline = time.monotonic() + START_TIMEOUT
     last: Optional[Exception] = None
     failure: Optional[str] = None
     try:

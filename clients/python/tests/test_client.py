@@ -135,6 +135,10 @@ def test_sessions_attach_and_close(sb: sandboxd.Client) -> None:
         assert sb.session_info(s.id).id == s.id  # attach did not close it
         workspace = Path(s.workspace_path)
     assert s.closed is not None and s.closed.workspace_removed
+    # Removed right after the close answered.
+    deadline = time.monotonic() + 20
+    while workspace.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert not workspace.exists()
     refused(sandboxd.SessionNotFound, "SESSION_NOT_FOUND", lambda: sb.attach(s.id))
     assert s.close() is s.closed  # idempotent
@@ -265,7 +269,11 @@ def test_invalid_requests(sb: sandboxd.Client, session: sandboxd.Session, servic
 def test_environment_refusals(sb: sandboxd.Client) -> None:
     e = refused(sandboxd.EnvironmentNotFound, "ENVIRONMENT_NOT_FOUND", lambda: sb.session(environment="nope"))
     assert e.metadata == {"name": "nope"} and isinstance(e, sandboxd.EnvironmentRefused)
-    assert sb.environments() == []
+    # The engine's store is shared (an operator's environments show here
+    # too): the listing answers, and the refused name is not in it.
+    listed = sb.environments()
+    assert all(isinstance(env, sandboxd.Environment) for env in listed)
+    assert "nope" not in {env.name for env in listed}
 
 
 def test_archives(session: sandboxd.Session, tmp_path: Path) -> None:
@@ -397,6 +405,21 @@ def test_run_on_output_and_lists(session: sandboxd.Session) -> None:
     r = session.run(["printf", r"%s\n", "it's", "quoted"], on_output=chunks.append)
     assert r.ok and r.stdout.text == "it's\nquoted\n" and r.command == "printf '%s\\n' 'it'\"'\"'s' quoted"
     assert "".join(c.data for c in chunks) == r.stdout.text
+
+
+def test_output_travels_once_when_asked(session: sandboxd.Session) -> None:
+    expected = "".join(f"{i}\n" for i in range(1, 2001))
+    events = list(session.stream("seq 1 2000", stdout_cap=100_000, output="chunks"))
+    chunks = "".join(e.data for e in events if isinstance(e, sandboxd.OutputChunk))
+    result = events[-1]
+    assert chunks == expected and result.stdout.text == "" and result.stdout.total_bytes == len(expected)
+    events = list(session.stream("seq 1 2000", stdout_cap=100_000, output="result"))
+    assert not [e for e in events if isinstance(e, sandboxd.OutputChunk)]
+    assert events[-1].stdout.text == expected
+    # run() without a watcher asks for the result only, and gets it whole.
+    assert session.run("seq 1 2000", stdout_cap=100_000).stdout.text == expected
+    with pytest.raises(ValueError):
+        session.stream("true", output="twice")
 
 
 def test_timeout(session: sandboxd.Session) -> None:

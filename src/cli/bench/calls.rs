@@ -37,6 +37,7 @@ pub(super) async fn run_cmd(
             session_id: sid.to_string(),
             command: command.to_string(),
             timeout_ms: 600_000,
+            output: pb::OutputMode::Result.into(),
             ..Default::default()
         })
         .await?

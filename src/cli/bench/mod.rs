@@ -19,12 +19,16 @@ mod durability;
 mod edits;
 mod environments;
 mod flood;
+mod gvisor;
 mod page;
+mod peer;
 mod processes;
 mod report;
 mod round_trip;
+mod scale;
 mod session_start;
 mod web_view;
+mod workload;
 mod workspace_calls;
 mod workspaces;
 
@@ -58,9 +62,17 @@ pub struct BenchArgs {
     /// edits, flood, concurrency, environments, workspaces, durability
     /// (the cost of the state store and the metrics), web-view (the cost
     /// of a page watching a session live), processes (long-running
-    /// processes: start until ready, output throughput). Their rows
-    /// replace the rows of the same figures in --out; the others stay.
-    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view", "processes"])]
+    /// processes: start until ready, output throughput), and, only when
+    /// named: scale (256 sessions open: memory per session, CreateSession
+    /// and RunCommand as sessions accumulate; a few minutes), peer
+    /// (SWE-ReX 1.4, the runtime behind SWE-agent, alternated with
+    /// sandboxd; skipped with a notice where it cannot be set up) and
+    /// workload (the more-itertools test suite in a session and on the
+    /// host) and gvisor (RunCommand under runsc against the spawn floor in
+    /// a runsc container; installs and registers runsc like `serve
+    /// --container-runtime runsc`). Their rows replace the rows of the same figures in --out;
+    /// the others stay.
+    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view", "processes", "scale", "peer", "workload", "gvisor"])]
     only: Vec<String>,
 }
 
@@ -88,6 +100,12 @@ fn stats(samples: &[Duration]) -> Stats {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A generated section after the table, replaced whole on each run.
+struct Section {
+    heading: String,
+    body: String,
 }
 
 /// One row of the table.
@@ -124,6 +142,8 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     let allowed = projects.path().to_path_buf();
     let local = sandboxd::local::Local::start("bench", pool_size, |c| {
         c.limits.max_file_bytes = 16 << 20;
+        // The scale figures open 256 sessions and start more beside them.
+        c.max_sessions = 300;
         c.allowed_roots = vec![allowed];
         c.allow_builds = true;
         c.sandbox
@@ -147,11 +167,14 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     };
 
     let mut rows = Vec::new();
-    let wanted = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
+    let mut sections = Vec::new();
+    let named = |group: &str| args.only.iter().any(|g| g == group);
+    let wanted = |group: &str| args.only.is_empty() || named(group);
     let result = async {
         if wanted("round-trip") {
             settle().await;
-            round_trip::round_trip(&client, &docker, args.samples, &mut rows).await?;
+            round_trip::round_trip(&client, &docker, args.samples, &mut rows, &mut sections)
+                .await?;
         }
         if wanted("session-start") {
             settle().await;
@@ -161,6 +184,8 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
                 &project,
                 (args.samples / 5).max(5),
                 &mut rows,
+                &mut sections,
+                settle,
             )
             .await?;
         }
@@ -174,6 +199,20 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         }
         if wanted("concurrency") {
             concurrency::concurrency(&client, &mut rows, settle).await?;
+        }
+        if named("scale") {
+            scale::scale(&client, &mut rows, settle).await?;
+        }
+        if named("peer") {
+            settle().await;
+            peer::figures(&client, &project, args.samples, &mut rows).await?;
+        }
+        if named("gvisor") {
+            gvisor::figure(&docker, args.samples, &mut rows).await?;
+        }
+        if named("workload") {
+            settle().await;
+            workload::figure(&client, &mut rows).await?;
         }
         if wanted("environments") {
             settle().await;
@@ -216,6 +255,9 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
     } else if let Some(at) = old.find("\n## ") {
         // Hand-written sections after the table stay.
         report.push_str(&old[at..]);
+    }
+    for s in &sections {
+        report = report::put_section(&report, s);
     }
     std::fs::write(&args.out, &report)?;
     eprintln!("written to {}", args.out.display());

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use super::Row;
+use super::{Row, Section};
 
 /// The machine: cores, CPU, kernel and Docker Engine.
 fn machine() -> String {
@@ -69,6 +69,29 @@ pub(super) fn merge(old: &str, rows: &[Row]) -> String {
     out
 }
 
+/// `doc` with the section `s` in place of its earlier text, or, new, right
+/// after the table (before the hand-written sections).
+pub(super) fn put_section(doc: &str, s: &Section) -> String {
+    let head = format!("\n## {}\n", s.heading);
+    let block = format!("{head}\n{}", s.body);
+    let (start, end) = match doc.find(&head) {
+        Some(at) => {
+            let after = at + head.len();
+            let end = doc[after..].find("\n## ").map_or(doc.len(), |e| after + e);
+            (at, end)
+        }
+        None => {
+            let at = doc.find("\n## ").unwrap_or(doc.len());
+            (at, at)
+        }
+    };
+    let mut out = doc[..start].trim_end_matches('\n').to_string();
+    out.push('\n');
+    out.push_str(&block);
+    out.push_str(&doc[end..]);
+    out
+}
+
 /// The whole report: title, machine, how it is made, and the table.
 pub(super) fn render(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -99,4 +122,37 @@ pub(super) fn render(rows: &[Row]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(body: &str) -> Section {
+        Section {
+            heading: "Gen".into(),
+            body: body.into(),
+        }
+    }
+
+    #[test]
+    fn a_new_section_goes_after_the_table_and_a_known_one_is_replaced() {
+        let doc = "# T\n\n| figure |\n|---|\n\n## Old\n\nkept\n";
+        let once = put_section(doc, &section("one\n"));
+        assert_eq!(
+            once,
+            "# T\n\n| figure |\n|---|\n\n## Gen\n\none\n\n## Old\n\nkept\n"
+        );
+        let twice = put_section(&once, &section("two\n"));
+        assert_eq!(
+            twice,
+            "# T\n\n| figure |\n|---|\n\n## Gen\n\ntwo\n\n## Old\n\nkept\n"
+        );
+        let last = put_section("# T\n\n| figure |\n", &section("x\n"));
+        assert_eq!(last, "# T\n\n| figure |\n\n## Gen\n\nx\n");
+        assert_eq!(
+            put_section(&last, &section("y\n")),
+            "# T\n\n| figure |\n\n## Gen\n\ny\n"
+        );
+    }
 }

@@ -78,6 +78,9 @@ async fn call(
                 env: env.into_iter().collect(),
                 stdout_cap: cap,
                 stderr_cap: cap,
+                // The chunks are printed as they come: the exit need not
+                // repeat them.
+                output: pb::OutputMode::Chunks.into(),
             };
             match run_streaming(&mut c, req, con).await {
                 Ok(code) => return Ok(code),

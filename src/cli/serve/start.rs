@@ -137,10 +137,21 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     // live one's token and address untouched.
     let made_token_in = config.state_dir.clone();
     let registry = Arc::new(Registry::new(config, runtime.clone())?);
+    // Bind first so a taken port fails fast, before any slow image build.
+    // Port 0 takes a free one: the log line below and the listen file name it.
+    let (listener, socket_file): (sandboxd::server::Listener, _) = match &args.listen {
+        ListenAddr::Tcp(addr) => (tokio::net::TcpListener::bind(addr).await?.into(), None),
+        ListenAddr::Unix(path) => (
+            super::socket::bind(path, socket_group.as_ref())?.into(),
+            Some(path.clone()),
+        ),
+    };
     // A TCP port, even on loopback, is open to every local user: unless the
     // operator says otherwise, demand a token the service makes itself.
-    let token = match (&args.listen, token) {
-        (ListenAddr::Tcp(addr), None) if !args.no_token => Some(make_token(&made_token_in, addr)?),
+    let token = match (&listener, token) {
+        (sandboxd::server::Listener::Tcp(l), None) if !args.no_token => {
+            Some(make_token(&made_token_in, &l.local_addr()?)?)
+        }
         (_, token) => token,
     };
     // Sessions an earlier instance left open come back before anything is
@@ -152,14 +163,6 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
             "sessions brought back from the state directory"
         );
     }
-    // Bind first so a taken port fails fast, before any slow image build.
-    let (listener, socket_file): (sandboxd::server::Listener, _) = match &args.listen {
-        ListenAddr::Tcp(addr) => (tokio::net::TcpListener::bind(addr).await?.into(), None),
-        ListenAddr::Unix(path) => (
-            super::socket::bind(path, socket_group.as_ref())?.into(),
-            Some(path.clone()),
-        ),
-    };
     match docker.ping().await {
         Ok(()) => {
             match registry.sweep_leaked().await {

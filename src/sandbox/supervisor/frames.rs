@@ -226,6 +226,38 @@ pub struct Exit {
     /// The signal that ended it, 0 if none did.
     #[prost(int32, tag = "7")]
     pub signal: i32,
+    /// When the supervisor reached each step of the command, on the
+    /// monotonic clock it shares with the host: profile data for
+    /// `sandboxd bench`, never acted on.
+    #[prost(message, optional, boxed, tag = "8")]
+    pub times: Option<Box<Times>>,
+}
+
+/// Monotonic nanoseconds at each step of one command in the supervisor.
+#[derive(Clone, Copy, PartialEq, prost::Message)]
+pub struct Times {
+    /// Its spawn frame was decoded.
+    #[prost(uint64, tag = "1")]
+    pub received: u64,
+    /// Its shell was forked and exec'd, and its end and pipes watched.
+    #[prost(uint64, tag = "2")]
+    pub spawned: u64,
+    /// Its shell's exit was reaped.
+    #[prost(uint64, tag = "3")]
+    pub exited: u64,
+    /// Its output was closed and its exit frame made.
+    #[prost(uint64, tag = "4")]
+    pub done: u64,
+    /// The task that runs it first ran.
+    #[prost(uint64, tag = "5")]
+    pub started: u64,
+    /// Its argument, environment and pipes were ready, just before the
+    /// clone.
+    #[prost(uint64, tag = "6")]
+    pub cloning: u64,
+    /// The clone returned: the shell had exec'd.
+    #[prost(uint64, tag = "7")]
+    pub cloned: u64,
 }
 
 impl Exit {

@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
@@ -27,8 +26,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::frames::{self, Decoder, event, request};
 
 mod process;
+mod spawn;
 use crate::sandbox::capture::Capture;
 use crate::sandbox::command::{KilledBy, TERM_GRACE};
+use spawn::Child;
 
 /// Wait after SIGKILL before asking the service for the hard stop.
 const KILL_GRACE: Duration = Duration::from_secs(1);
@@ -165,9 +166,10 @@ where
             cancels.retain(|_, c| !c.is_closed());
             match req.kind {
                 Some(request::Kind::Spawn(spawn)) => {
+                    let received = crate::profile::now_ns();
                     let (cancel_tx, cancel_rx) = oneshot::channel();
                     cancels.insert(spawn.id, cancel_tx);
-                    tokio::spawn(run_one(spawn, user, tx.clone(), cancel_rx));
+                    tokio::spawn(run_one(spawn, user, tx.clone(), cancel_rx, received));
                 }
                 Some(request::Kind::Cancel(id)) => {
                     if let Some(c) = cancels.remove(&id) {
@@ -206,8 +208,14 @@ async fn run_one(
     user: Option<(u32, u32)>,
     tx: mpsc::Sender<frames::Event>,
     mut cancel: oneshot::Receiver<()>,
+    received: u64,
 ) {
     let id = spawn.id;
+    let mut times = frames::Times {
+        received,
+        started: crate::profile::now_ns(),
+        ..Default::default()
+    };
     let send = |kind| {
         let tx = tx.clone();
         async move {
@@ -219,17 +227,8 @@ async fn run_one(
             .is_ok()
         }
     };
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(&spawn.command)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let spawned = match prepare(&mut cmd, &spawn.cwd, &spawn.env, user) {
-        Ok(()) => spawn_retrying(&mut cmd).await.map_err(|e| e.to_string()),
-        Err(why) => Err(why),
-    };
+    let spawned =
+        spawn_retrying(|| Child::spawn(&spawn.command, &spawn.cwd, &spawn.env, user)).await;
     let mut child = match spawned {
         Ok(child) => child,
         Err(why) => {
@@ -242,7 +241,9 @@ async fn run_one(
             return;
         }
     };
-    let pgid = child.id().unwrap_or(0);
+    times.spawned = crate::profile::now_ns();
+    (times.cloning, times.cloned) = child.cloned;
+    let pgid = child.id();
     let deadline = tokio::time::Instant::now() + Duration::from_millis(spawn.timeout_ms);
     let mut out = child.stdout.take().map(Reader::new);
     let mut err = child.stderr.take().map(Reader::new);
@@ -266,6 +267,7 @@ async fn run_one(
                 None => err = None,
             },
             st = child.wait(), if status.is_none() => {
+                times.exited = crate::profile::now_ns();
                 status = st.ok();
                 // A background child may hold the pipes: read what is in
                 // flight, then let go.
@@ -300,6 +302,10 @@ async fn run_one(
         stderr: Some(stderr.finish().into()),
         spawn_error: String::new(),
         signal: status.and_then(|s| s.signal()).unwrap_or(0),
+        times: Some(Box::new(frames::Times {
+            done: crate::profile::now_ns(),
+            ..times
+        })),
     };
     send(event::Kind::Exit(exit)).await;
 }
@@ -367,12 +373,10 @@ fn prepare(
 /// Spawns `cmd`. Right after a fork bomb is killed the pids limit can
 /// still be full until init reaps the dead: fork's EAGAIN is then worth a
 /// short wait.
-async fn spawn_retrying(
-    cmd: &mut tokio::process::Command,
-) -> std::io::Result<tokio::process::Child> {
+async fn spawn_retrying<C>(mut spawn: impl FnMut() -> std::io::Result<C>) -> std::io::Result<C> {
     let spawn_until = Instant::now() + SPAWN_RETRY;
     loop {
-        match cmd.spawn() {
+        match spawn() {
             Err(e)
                 if e.raw_os_error() == Some(rustix::io::Errno::AGAIN.raw_os_error())
                     && Instant::now() < spawn_until =>
@@ -384,10 +388,27 @@ async fn spawn_retrying(
     }
 }
 
+/// A started command whose exit can be checked without waiting.
+trait Reap {
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>>;
+}
+
+impl Reap for tokio::process::Child {
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        tokio::process::Child::try_wait(self)
+    }
+}
+
+impl Reap for Child {
+    fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        Child::try_wait(self)
+    }
+}
+
 /// SIGTERM to the group, grace, SIGKILL, grace. Returns the rung that
 /// emptied the group; [`KilledBy::Container`] when not even SIGKILL did
 /// (the service then kills the container).
-async fn ladder(pgid: u32, child: &mut tokio::process::Child) -> KilledBy {
+async fn ladder(pgid: u32, child: &mut impl Reap) -> KilledBy {
     let Some(group) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
         return KilledBy::Container;
     };
@@ -403,7 +424,7 @@ async fn ladder(pgid: u32, child: &mut tokio::process::Child) -> KilledBy {
 }
 
 /// Waits until the command has exited and no process is left in its group.
-async fn gone(group: Pid, child: &mut tokio::process::Child, grace: Duration) -> bool {
+async fn gone(group: Pid, child: &mut impl Reap, grace: Duration) -> bool {
     let until = Instant::now() + grace;
     loop {
         let exited = matches!(child.try_wait(), Ok(Some(_)));

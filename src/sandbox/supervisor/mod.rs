@@ -16,6 +16,7 @@
 
 pub mod frames;
 pub mod host;
+pub mod idle;
 pub mod inside;
 
 /// Where the supervisor binary is mounted in every container.

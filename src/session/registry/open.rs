@@ -8,7 +8,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use super::{Registry, SESSION_TOKEN_PREFIX, remove_volume};
+use super::close::remove_volume;
+use super::{Registry, SESSION_TOKEN_PREFIX};
 use crate::journal::{self, Journal};
 use crate::sandbox::{self, image, labels};
 use crate::session::config::Config;
@@ -20,6 +21,9 @@ use crate::session::records::Record;
 use crate::session::tools::Session;
 use crate::volume::Volumes;
 use crate::workspace::history::{History, HistoryLimits};
+
+/// How long a refill of the warm pool waits after a session took an entry.
+const REFILL_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Registry {
     /// Opens a session and starts its container. If the engine is
@@ -111,6 +115,11 @@ impl Registry {
             }
             _ => None,
         };
+        let want = match &req.environment {
+            Some(name) => cfg.environment_pools.get(name).copied().unwrap_or(0),
+            None => cfg.pool_size,
+        };
+        let refill = pool.map(|p| (Arc::clone(p), image.clone(), want));
         // A warm entry made before its environment was built again.
         let warm = match warm {
             Some(w) if w.sandbox.spec().image != image => {
@@ -141,9 +150,14 @@ impl Registry {
                 .await?
             }
         };
-        if pooled {
-            self.fill_pool();
+        // The entry taken is made again once the new session's first
+        // command, which its caller sends as soon as it has the answer,
+        // has had the processors to itself: a container start beside it
+        // would cost it half its speed on a small host.
+        if pooled && let Some((pool, image, want)) = refill {
+            self.refill_after(&pool, &image, want, REFILL_PAUSE);
         }
+        crate::profile::mark("host: workspace opened");
         // The journal and the history, or nothing of the session stays.
         // A durable session's files were made with its warm entry, or now.
         let reserved = match (reserved, &self.keep) {
@@ -257,6 +271,7 @@ impl Registry {
             }
             .into());
         }
+        crate::profile::mark("host: session recorded and admitted");
         let ensured = session.sandbox.ensure().await;
         if caller.is_cancelled() {
             tracing::info!(session = %session.id, "the caller gave up while the session opened; it is closed");

@@ -3,12 +3,14 @@
 //! listed with the sessions running each, deleted once none does.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Registry;
 use crate::environment::Environment;
 use crate::session::builds::BuildEvents;
 use crate::session::failure;
 use crate::session::messages::{EnvironmentInfo, NewEnvironment};
+use crate::session::pool::Pool;
 use crate::session::prepare::discard;
 
 impl Registry {
@@ -24,6 +26,7 @@ impl Registry {
             &cfg.default_image,
             cfg.pool_size,
             self.keep.as_ref(),
+            Duration::ZERO,
         );
         for (name, pool) in &self.environment_pools {
             let want = cfg.environment_pools.get(name).copied().unwrap_or(0);
@@ -56,9 +59,26 @@ impl Registry {
                     &env.image,
                     want,
                     keep.as_ref(),
+                    Duration::ZERO,
                 );
             });
         }
+    }
+
+    /// Makes again the entry a session took from `pool` (of `image`, kept
+    /// at `want`), beginning `after` from now: only that pool, and nothing
+    /// asked of the engine before then.
+    pub(super) fn refill_after(&self, pool: &Arc<Pool>, image: &str, want: usize, after: Duration) {
+        pool.fill(
+            &self.config,
+            &self.runtime,
+            &self.locks,
+            &self.volumes,
+            image,
+            want,
+            self.keep.as_ref(),
+            after,
+        );
     }
 
     /// Warm containers of the default image ready now (for tests and the
@@ -122,6 +142,10 @@ impl Registry {
         may_build: bool,
     ) -> Result<Environment, failure::Error> {
         let sessions = self.sessions_of(name);
+        // Sessions closed just before are gone once their containers are.
+        if sessions.is_empty() {
+            self.closing.settled(name).await;
+        }
         // Warm containers of its image go first, and none is made while
         // its images are removed.
         let pool = self

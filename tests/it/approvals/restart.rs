@@ -9,8 +9,8 @@ use sandboxd::pb::plan_event::Event;
 
 use super::{checkout, next, plan};
 use crate::common::{edit, edit_req, reason};
-use crate::lifecycle::Unmount;
-use crate::restart_deep::{client, free_port, serve};
+use crate::restart_deep::{client, serve};
+use crate::served::Unmount;
 
 #[tokio::test]
 async fn an_approved_plan_comes_back_after_a_kill() {
@@ -21,9 +21,8 @@ async fn an_approved_plan_comes_back_after_a_kill() {
     let roots = base.path().join("roots");
     std::fs::create_dir(&roots).unwrap();
     let dir = checkout(&roots);
-    let port = free_port();
     // Without a token every caller is the operator, who may approve.
-    let mut first = serve(&roots, &state, port);
+    let (mut first, port) = serve(&roots, &state);
     let mut c = client(port).await;
     let id = c
         .create_session(pb::CreateSessionRequest {
@@ -70,8 +69,7 @@ async fn an_approved_plan_comes_back_after_a_kill() {
     first.kill().unwrap();
     first.wait().unwrap();
 
-    let port = free_port();
-    let mut second = serve(&roots, &state, port);
+    let (mut second, port) = serve(&roots, &state);
     c = client(port).await;
     let back = c
         .get_session(pb::GetSessionRequest {

@@ -10,6 +10,7 @@
 
 mod files;
 mod run;
+mod serve;
 
 use std::ops::Deref;
 use std::path::Path;
@@ -32,6 +33,7 @@ pub const UID: u32 = sandboxd::session::defaults::COMMAND_USER.0;
 /// See [`UID`].
 pub const GID: u32 = sandboxd::session::defaults::COMMAND_USER.1;
 pub use run::{run, run_req, try_run};
+pub use serve::{listening_in, spawn_listening, spawn_logging};
 
 /// The `sandboxd` binary: the supervisor mounted into containers, and the
 /// CLI the tests drive.
@@ -257,6 +259,20 @@ impl TestServer {
     pub fn containers(&self) -> Vec<String> {
         containers_labelled(&format!("sandboxd.service={}", self.service))
     }
+
+    /// Whether this server's containers are all gone within 20 s: a
+    /// closed session's container is removed right after CloseSession
+    /// answers.
+    pub async fn containers_gone_soon(&self) -> bool {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !self.containers().is_empty() {
+            if std::time::Instant::now() > until {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        true
+    }
 }
 
 /// A test server's service, its name unique to the test.
@@ -367,4 +383,17 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Whether `path` is gone within 20 s: a closed session's workspace is
+/// removed right after CloseSession answers.
+pub async fn gone_soon(path: &Path) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while path.exists() {
+        if std::time::Instant::now() > until {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    true
 }

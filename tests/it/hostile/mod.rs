@@ -49,10 +49,10 @@ async fn closing_a_session_during_a_command_ends_both_cleanly() {
         ),
     }
     assert!(
-        server.containers().is_empty(),
+        server.containers_gone_soon().await,
         "the container outlived its session"
     );
-    assert!(!ws.exists());
+    assert!(crate::common::gone_soon(&ws).await);
     let mut c = server.client.clone();
     assert_refused(c.read_file(read_req(&id, "x")), "SESSION_NOT_FOUND").await;
     server.stop().await;

@@ -7,7 +7,7 @@ use sandboxd::pb;
 
 use super::{list, start, start_req};
 use crate::common;
-use crate::lifecycle::{RemoveOnDrop, Served, Unmount, service_name};
+use crate::served::{RemoveOnDrop, Served, Unmount, service_name};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kill_9_running_processes_are_listed_as_interrupted() {

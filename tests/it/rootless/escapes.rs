@@ -210,6 +210,7 @@ fn small_container(workspace: std::path::PathBuf, label: &str) -> sandboxd::sand
         labels: [(label.to_string(), "1".to_string())].into(),
         runtime: None,
         supervisor: None,
+        idle: None,
         socket_dir: None,
     }
 }

@@ -40,9 +40,17 @@ async fn sessions_of_a_killed_service_come_back_without_root() {
         assert_eq!(code, 0, "{out}{err}");
     }
     assert!(proj.join("a.txt").exists(), "the lent directory stays");
+    // Removed right after each close answered.
     let workspaces = user.home.join(".sandboxd-state/workspaces");
-    let left: Vec<_> = std::fs::read_dir(&workspaces)
-        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
-        .unwrap_or_default();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let left = loop {
+        let left: Vec<_> = std::fs::read_dir(&workspaces)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        if left.is_empty() || std::time::Instant::now() > until {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(left.is_empty(), "a fresh workspace was left: {left:?}");
 }

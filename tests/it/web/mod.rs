@@ -27,14 +27,6 @@ pub struct Served {
     dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Served {
     pub async fn start(docker: bool) -> Served {
         Self::spawn(docker, true).await
@@ -70,12 +62,10 @@ impl Served {
         };
         let token_file = write("token", ADMIN);
         let approver = write("approver", APPROVER);
-        let (grpc, web) = (
-            format!("127.0.0.1:{}", free_port()),
-            format!("127.0.0.1:{}", free_port()),
-        );
+        // Both ports are the service's pick: the log names them.
         let mut cmd = Command::new(common::SANDBOXD);
-        cmd.args(["serve", "--listen", &grpc, "--web-listen", &web])
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--web-listen", "127.0.0.1:0"])
             .args(["--pool-size", "0"]);
         if token {
             cmd.arg("--token-file")
@@ -92,28 +82,24 @@ impl Served {
                 &format!("sandboxd-web-{}", uuid::Uuid::new_v4().simple()),
             ])
             .env_remove("SANDBOXD_TOKEN")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stdout(Stdio::null());
         if docker {
             // The operator's token may build: a build's progress is on a page.
             cmd.arg("--allow-builds");
         } else {
             cmd.args(["--docker-host", common::NO_DOCKER]);
         }
-        let child = cmd.spawn().unwrap();
-        let served = Served {
+        let (child, addrs) = tokio::task::spawn_blocking(move || {
+            common::spawn_logging(&mut cmd, &["sandboxd listening", "web view at"])
+        })
+        .await
+        .unwrap();
+        Served {
             child,
-            grpc,
-            web,
+            grpc: addrs[0].to_string(),
+            web: addrs[1].to_string(),
             dir,
-        };
-        let until = Instant::now() + Duration::from_secs(120);
-        while TcpStream::connect(&served.web).is_err() || TcpStream::connect(&served.grpc).is_err()
-        {
-            assert!(Instant::now() < until, "the service did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        served
     }
 
     /// The CLI against this service with the operator's token (or `token`).

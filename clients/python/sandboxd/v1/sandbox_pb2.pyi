@@ -7,6 +7,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class OutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_MODE_BOTH: _ClassVar[OutputMode]
+    OUTPUT_MODE_CHUNKS: _ClassVar[OutputMode]
+    OUTPUT_MODE_RESULT: _ClassVar[OutputMode]
+
 class KilledBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     KILLED_BY_NONE: _ClassVar[KilledBy]
@@ -71,6 +77,9 @@ class ProcessSignal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROCESS_SIGNAL_INT: _ClassVar[ProcessSignal]
     PROCESS_SIGNAL_TERM: _ClassVar[ProcessSignal]
     PROCESS_SIGNAL_KILL: _ClassVar[ProcessSignal]
+OUTPUT_MODE_BOTH: OutputMode
+OUTPUT_MODE_CHUNKS: OutputMode
+OUTPUT_MODE_RESULT: OutputMode
 KILLED_BY_NONE: KilledBy
 KILLED_BY_PROCESS_GROUP_TERM: KilledBy
 KILLED_BY_PROCESS_GROUP_KILL: KilledBy
@@ -594,7 +603,7 @@ class SearchFilesResponse(_message.Message):
     def __init__(self, matches: _Optional[_Iterable[_Union[SearchMatch, _Mapping]]] = ..., truncated: _Optional[bool] = ..., files_searched: _Optional[int] = ...) -> None: ...
 
 class RunCommandRequest(_message.Message):
-    __slots__ = ("session_id", "command", "cwd", "timeout_ms", "env", "stdout_cap", "stderr_cap")
+    __slots__ = ("session_id", "command", "cwd", "timeout_ms", "env", "stdout_cap", "stderr_cap", "output")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -609,6 +618,7 @@ class RunCommandRequest(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     STDOUT_CAP_FIELD_NUMBER: _ClassVar[int]
     STDERR_CAP_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     command: str
     cwd: str
@@ -616,7 +626,8 @@ class RunCommandRequest(_message.Message):
     env: _containers.ScalarMap[str, str]
     stdout_cap: int
     stderr_cap: int
-    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., env: _Optional[_Mapping[str, str]] = ..., stdout_cap: _Optional[int] = ..., stderr_cap: _Optional[int] = ...) -> None: ...
+    output: OutputMode
+    def __init__(self, session_id: _Optional[str] = ..., command: _Optional[str] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., env: _Optional[_Mapping[str, str]] = ..., stdout_cap: _Optional[int] = ..., stderr_cap: _Optional[int] = ..., output: _Optional[_Union[OutputMode, str]] = ...) -> None: ...
 
 class RunCommandEvent(_message.Message):
     __slots__ = ("started", "stdout", "stderr", "exit", "rejected")

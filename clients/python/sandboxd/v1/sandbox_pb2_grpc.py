@@ -242,7 +242,10 @@ class SandboxServicer:
 
     def CloseSession(self, request, context):
         """Ends a session. A workspace the service created is removed; an existing
-        directory the caller named is left in place.
+        directory the caller named is left in place. It answers as soon as
+        nothing of the session runs any more; the container and the workspace
+        are removed right after the answer (retried until done, and by the next
+        start if the service stops first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -143,6 +143,7 @@ pub async fn call(
                 env: a.env.unwrap_or_default().into_iter().collect(),
                 stdout_cap: cap,
                 stderr_cap: cap,
+                output: pb::OutputMode::Both.into(),
             };
             let exit = match run(&mut c, req, ctx).await? {
                 Ran::Exited(exit) => exit,
@@ -310,6 +311,12 @@ async fn run(
     ctx: &RequestContext<RoleServer>,
 ) -> Result<Ran, Refused> {
     let progress = ctx.meta.get_progress_token().map(|t| (t, ctx.peer.clone()));
+    // The reply is the exit's result; chunks are read only for the
+    // progress notes a caller asked for.
+    let mut req = req;
+    if progress.is_none() {
+        req.output = pb::OutputMode::Result.into();
+    }
     let started = Instant::now();
     let mut stream = c.run_command(req).await?.into_inner();
     let mut timeout_ms = 0u64;

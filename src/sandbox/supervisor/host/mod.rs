@@ -307,6 +307,37 @@ impl Link {
             .map_err(|e| Error::StartExec(format!("the supervisor is gone: {e}")))
     }
 
+    /// Runs `true` in the workspace and waits (at most a few seconds) for
+    /// its end, so what a command's first spawn looks up is cached before
+    /// any caller's command. Its result is of no interest.
+    pub async fn warm_up(&self) {
+        let spec = CommandSpec {
+            command: "true".into(),
+            cwd: super::WORKSPACE_PATH.into(),
+            env: Default::default(),
+            timeout: Duration::from_secs(5),
+            stdout_cap: 0,
+            stderr_cap: 0,
+            hints: Default::default(),
+        };
+        let Ok((_, mut events)) = self.spawn(&spec).await else {
+            return;
+        };
+        let ended = async {
+            while let Some(ev) = events.recv().await {
+                if matches!(ev.kind, Some(event::Kind::Exit(_))) {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(10), ended)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the warm-up command did not end in time");
+        }
+    }
+
     /// Starts a command; returns its id and its events.
     pub async fn spawn(
         &self,
@@ -331,6 +362,7 @@ impl Link {
             stdout_cap: spec.stdout_cap as u64,
             stderr_cap: spec.stderr_cap as u64,
         };
+        crate::profile::mark("host: spawn frame made");
         if let Err(e) = self
             .send(frames::Request {
                 kind: Some(request::Kind::Spawn(spawn)),
@@ -343,6 +375,7 @@ impl Link {
                 .remove(&id);
             return Err(e);
         }
+        crate::profile::mark("host: spawn frame written");
         Ok((id, rx))
     }
 
@@ -367,6 +400,9 @@ impl Link {
 /// protocol (a command's frames past its budget): the link must be cut.
 async fn route(routes: &Routes, ev: frames::Event) -> bool {
     use prost::Message;
+    if crate::profile::on() && matches!(ev.kind, Some(event::Kind::Exit(_))) {
+        crate::profile::mark("host: exit frame decoded");
+    }
     let len = ev.encoded_len() as u64;
     let tx = {
         let mut routes = routes.lock().unwrap_or_else(|e| e.into_inner());

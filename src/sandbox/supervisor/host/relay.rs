@@ -60,6 +60,18 @@ impl Supervised {
             tokio::select! {
                 frame = self.frames.recv() => match frame.and_then(|f| f.kind) {
                     Some(event::Kind::Exit(exit)) => match exit.killed_by() {
+                        Ok(killed_by) if crate::profile::on() => {
+                            let t = exit.times.as_deref().copied().unwrap_or_default();
+                            crate::profile::mark_at("supervisor: spawn frame decoded", t.received);
+                            crate::profile::mark_at("supervisor: command's task ran", t.started);
+                            crate::profile::mark_at("supervisor: argv, environment and pipes made", t.cloning);
+                            crate::profile::mark_at("supervisor: shell cloned and exec'd", t.cloned);
+                            crate::profile::mark_at("supervisor: shell's end and pipes watched", t.spawned);
+                            crate::profile::mark_at("supervisor: shell reaped", t.exited);
+                            crate::profile::mark_at("supervisor: exit frame made", t.done);
+                            crate::profile::mark("host: exit frame reached the command");
+                            break Ok((exit, killed_by));
+                        }
                         Ok(killed_by) => break Ok((exit, killed_by)),
                         // Not a result this protocol can carry: the link
                         // can no longer be trusted for this command.

@@ -194,7 +194,9 @@ pub(super) async fn run(
         }
     }
     let spawned = match prepare(&mut cmd, &start.cwd, &start.env, user) {
-        Ok(()) => spawn_retrying(&mut cmd).await.map_err(|e| e.to_string()),
+        Ok(()) => spawn_retrying(|| cmd.spawn())
+            .await
+            .map_err(|e| e.to_string()),
         Err(why) => Err(why),
     };
     // The parent's copies of the terminal's process side go now: the

@@ -181,7 +181,7 @@ pub async fn closing_a_session_removes_its_container(mode: Mode) {
         })
         .await
         .unwrap();
-    assert!(srv.containers().is_empty());
+    assert!(srv.containers_gone_soon().await, "{:?}", srv.containers());
     srv.stop().await;
 }
 

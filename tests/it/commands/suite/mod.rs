@@ -27,6 +27,7 @@ macro_rules! stamp {
             ignored_term_escalates_to_kill,
             exit_codes_are_results_not_errors,
             output_is_capped_while_streaming,
+            output_is_sent_once_when_the_caller_says_which_it_reads,
             multibyte_output_is_never_split,
             stdin_is_closed,
             background_child_holding_output_does_not_hold_the_call,

@@ -75,11 +75,20 @@ pub async fn commands_take_the_configured_path(mode: Mode) {
     let ran = run(
         &srv.client,
         &sid,
-        "tr '\\0' ' ' < /proc/$PPID/cmdline",
+        "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; tr '\\0' ' ' < /proc/1/cmdline",
         10_000,
     )
     .await;
-    let parent = ran.stdout();
+    let out = ran.stdout();
+    let (parent, main) = out.split_once('\n').unwrap();
+    // The container's own process (under Docker's init) only keeps it
+    // alive: with a supervisor, the few-instruction idle program, not a
+    // second copy of the supervisor's binary.
+    let main = main.trim_end();
+    match mode {
+        Mode::Exec => assert!(main.ends_with("-- sleep infinity"), "{main}"),
+        _ => assert!(main.ends_with("-- /.sandboxd/idle"), "{main}"),
+    }
     match mode {
         Mode::Supervisor => assert!(
             parent.starts_with(&format!(
@@ -99,5 +108,45 @@ pub async fn commands_take_the_configured_path(mode: Mode) {
         ),
         Mode::Exec => assert!(parent.starts_with("/bin/sh -c trap"), "{parent}"),
     }
+    srv.stop().await;
+}
+
+/// The output travels once when the caller says which events it reads:
+/// chunks only (the exit repeats none of their text, and keeps the tail it
+/// never streamed), or the result only (no chunks); by default both, so a
+/// simple client reads only `exit`. An unknown mode is refused.
+pub async fn output_is_sent_once_when_the_caller_says_which_it_reads(mode: Mode) {
+    let srv = TestServer::with_docker_mode(mode).await;
+    let (sid, _) = srv.session().await;
+    let expected: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    let asked = |output: pb::OutputMode, cap: u64| {
+        let mut req = run_req(&sid, "seq 1 20000", 0);
+        req.stdout_cap = cap;
+        req.output = output.into();
+        try_run(&srv.client, req)
+    };
+    let both = asked(pb::OutputMode::Both, 200_000).await.unwrap();
+    assert_eq!(both.live_stdout, expected);
+    assert_eq!(both.stdout(), expected);
+    let chunks = asked(pb::OutputMode::Chunks, 200_000).await.unwrap();
+    assert_eq!(chunks.live_stdout, expected);
+    let out = chunks.exit.stdout.as_ref().unwrap();
+    assert_eq!(out.text, "", "the exit repeated the chunks");
+    assert_eq!(out.total_bytes, expected.len() as u64);
+    assert!(!out.truncated);
+    let result = asked(pb::OutputMode::Result, 200_000).await.unwrap();
+    assert_eq!(result.live_stdout, "", "chunks were sent");
+    assert_eq!(result.stdout(), expected);
+    // Cut at the cap: the chunks carry the start, the exit only the tail.
+    let cut = asked(pb::OutputMode::Chunks, 1000).await.unwrap();
+    let out = cut.exit.stdout.as_ref().unwrap();
+    assert!(out.truncated && out.text.is_empty());
+    assert!(expected.starts_with(&cut.live_stdout) && !cut.live_stdout.is_empty());
+    assert!(expected.ends_with(&out.tail) && !out.tail.is_empty());
+    let mut req = run_req(&sid, "true", 0);
+    req.output = 7;
+    let refused = try_run(&srv.client, req).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert_eq!(crate::common::reason(&refused), "INVALID_ARGUMENT");
     srv.stop().await;
 }
