@@ -369,6 +369,30 @@ async fn loopback_tcp_without_a_token_demands_one_only_its_user_can_read() {
     served.stop();
 }
 
+/// A SIGTERM the moment the service says it listens (a supervisor stopping
+/// it right after a start) is handled, never left to the default action:
+/// the service exits 0 and takes its token and listen files with it.
+#[tokio::test]
+async fn a_sigterm_right_after_listening_shuts_down_cleanly() {
+    for _ in 0..5 {
+        let (mut served, _) = Served::tcp(&[]);
+        let state = served.state();
+        assert!(state.join("token").exists());
+        let pid = rustix::process::Pid::from_raw(served.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = served.child.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+        assert!(
+            !state.join("token").exists(),
+            "the token outlived the service"
+        );
+        assert!(
+            !state.join("listen").exists(),
+            "the listen file outlived the service"
+        );
+    }
+}
+
 /// A private service (what `demo`, `bench` and `sandboxd mcp` run) demands
 /// a fresh random token on its loopback port: another local user reaching
 /// the port gets nowhere, its own client gets in.

@@ -205,6 +205,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         }
         None => None,
     };
+    // The handlers are in place before the service says it listens: a
+    // SIGTERM sent once a client has been answered shuts it down cleanly
+    // (token and listen files removed), never by the default action.
+    let shutdown = shutdown_signal()?;
     match &listener {
         sandboxd::server::Listener::Tcp(l) => {
             tracing::info!(addr = %l.local_addr()?, tls = tls.is_some(), "sandboxd listening")
@@ -264,14 +268,8 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
         }
         None => None,
     };
-    let served = sandboxd::server::serve(
-        listener,
-        registry,
-        Duration::from_secs(5),
-        access,
-        shutdown_signal(),
-    )
-    .await;
+    let served =
+        sandboxd::server::serve(listener, registry, Duration::from_secs(5), access, shutdown).await;
     if let Some(path) = socket_file {
         let _ = std::fs::remove_file(path);
     }
@@ -318,18 +316,16 @@ fn socket_group(
     }
 }
 
-/// Resolves at the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// A future that resolves at the first SIGTERM or SIGINT; the handlers are
+/// installed before it is returned, not when it is first polled.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        // Without signal handlers the process still dies on the default action.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
 }
