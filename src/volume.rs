@@ -11,7 +11,10 @@
 //! - `pins/<id>`: an existing directory lent to a session, pinned by a bind
 //!   mount made from the directory fd the file tools hold (`open_tree`), so
 //!   renaming or swapping any component of the original path later changes
-//!   nothing the engine mounts. Also `nosuid,nodev`. When root owns the
+//!   nothing the engine mounts. Also `nosuid,nodev`. A warm container
+//!   for a lent directory binds `pins/<id>` before it is lent one: there
+//!   the directory is first a slot (a shared mount of itself) and the pin
+//!   is mounted on top of it, reaching the container by propagation. When root owns the
 //!   directory (a CI checkout), the pin is id-mapped (`idmap`): commands,
 //!   which run as an unprivileged user, see root's files as their own, and
 //!   what they create is stored as root's, so the checkout keeps one owner.
@@ -40,8 +43,8 @@
 //! One job per file: this one holds the volumes, their paths and removal;
 //! `fresh` makes and remounts a session's own filesystem; `pin` pins a lent
 //! directory (`bound` where the service cannot mount) (`idmap` maps root's checkout for its commands, `hardlinks`
-//! refuses a tree linked from outside); `sweep` removes or quarantines what
-//! no session owns.
+//! refuses a tree linked from outside); `slot` lends one to a container
+//! that already runs; `sweep` removes or quarantines what no session owns.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -60,6 +63,7 @@ mod fresh;
 mod hardlinks;
 mod idmap;
 mod pin;
+mod slot;
 mod sweep;
 
 /// Why a volume or the state directory could not be prepared.
@@ -264,17 +268,25 @@ impl Volumes {
     }
 }
 
-/// Unmounts whatever is mounted at `path` (detached, so a straggler
-/// holding it open cannot make this fail; never through a symlink); done
-/// when nothing is mounted there.
+/// Unmounts whatever is mounted at `path`, every layer (a pin on its
+/// slot), each detached so a straggler holding it open cannot make this
+/// fail; never through a symlink. Done when nothing is mounted there.
 fn unmount(path: &Path) -> io::Result<()> {
-    match rustix::mount::unmount(
-        path,
-        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
-    ) {
-        Ok(()) | Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => Ok(()),
-        Err(e) => Err(e.into()),
+    // A pin on a slot is two layers; more than a few is not ours.
+    for _ in 0..8 {
+        match rustix::mount::unmount(
+            path,
+            rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
     }
+    Err(io::Error::other(format!(
+        "{}: still mounted after eight unmounts",
+        path.display()
+    )))
 }
 
 /// Ids name files in the state directory: plain names only.

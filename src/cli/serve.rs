@@ -197,6 +197,12 @@ pub struct ServeArgs {
     /// the default image and limits) starts without waiting for Docker.
     #[arg(long, env = "SANDBOXD_POOL_SIZE", default_value_t = defaults::POOL_SIZE)]
     pool_size: usize,
+    /// Warm containers kept ready so a session over an existing directory
+    /// (with the default image and limits) starts without waiting for
+    /// Docker: each is lent its directory when a session takes it. Only
+    /// where the service runs as root (it mounts the directory for them).
+    #[arg(long, env = "SANDBOXD_LENT_POOL_SIZE", default_value_t = defaults::LENT_POOL_SIZE)]
+    lent_pool_size: usize,
     /// Warm containers kept ready for an environment, as NAME=N
     /// (repeatable, or comma-separated in the environment): its sessions
     /// then start as fast as default ones.

@@ -131,6 +131,29 @@ impl Sandbox {
         }
     }
 
+    /// Lends this warm sandbox's container (its workspace a slot, see
+    /// `volume::slot`) the directory of `identity` (device and inode),
+    /// whose pin now lies on that slot: its supervisor checks that the
+    /// container sees that very directory and runs commands as `user` from
+    /// now on, and any later container over the pin starts so too.
+    pub async fn lend(&mut self, identity: (u64, u64), user: String) -> Result<(), Error> {
+        let container = self.container.get_mut().clone();
+        let link = match (container, self.link.get_mut()) {
+            (Some(container), Some((c, LinkState::Up(link)))) if *c == container => {
+                Arc::clone(link)
+            }
+            _ => {
+                return Err(Error::StartExec(
+                    "the warm container has no supervisor to lend a directory to".into(),
+                ));
+            }
+        };
+        link.lend(identity, &user).await?;
+        self.spec.user = user;
+        self.spec.workspace_identity = Some(identity);
+        Ok(())
+    }
+
     /// The container spec.
     pub fn spec(&self) -> &ContainerSpec {
         &self.spec

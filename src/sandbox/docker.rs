@@ -496,11 +496,14 @@ impl Runtime for DockerRuntime {
             read_only: Some(read_only),
             ..Default::default()
         };
-        let mut mounts = vec![bind(
-            &spec.workspace,
-            super::supervisor::WORKSPACE_PATH,
-            false,
-        )];
+        let mut workspace = bind(&spec.workspace, super::supervisor::WORKSPACE_PATH, false);
+        if spec.workspace_slot {
+            workspace.bind_options = Some(bollard::models::MountBindOptions {
+                propagation: Some(bollard::models::MountBindOptionsPropagationEnum::RSLAVE),
+                ..Default::default()
+            });
+        }
+        let mut mounts = vec![workspace];
         if let Some(binary) = &spec.supervisor {
             mounts.push(bind(binary, super::supervisor::MOUNT_PATH, true));
             if let Some(idle) = &spec.idle {

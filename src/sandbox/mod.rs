@@ -176,6 +176,12 @@ pub struct ContainerSpec {
     /// directory of `workspace_identity` before any command runs, and no
     /// command ever runs without the supervisor.
     pub workspace_bound: bool,
+    /// `workspace` is a slot (see `volume`): a container started before it
+    /// is lent a directory, which reaches its `/workspace` later by
+    /// propagation. Bound with slave propagation: mounts made at
+    /// `workspace` on the host's side reach the container, nothing of the
+    /// container's reaches the host.
+    pub workspace_slot: bool,
     /// "uid:gid" the container and its commands run as.
     pub user: String,
     /// Environment of every command.

@@ -226,7 +226,12 @@ impl ProcessEvents {
                     self.process.link.forget(self.process.id);
                     return Some(ProcessEvent::Exit(exit));
                 }
-                Some(event::Kind::Ready(_) | event::Kind::Stdout(_) | event::Kind::Stderr(_)) => {
+                Some(
+                    event::Kind::Ready(_)
+                    | event::Kind::Stdout(_)
+                    | event::Kind::Stderr(_)
+                    | event::Kind::Lent(_),
+                ) => {
                     continue;
                 }
                 None => {

@@ -191,6 +191,9 @@ pub struct SandboxConfig {
     pub idle: Option<PathBuf>,
     /// Warm containers kept ready for new fresh-workspace sessions.
     pub pool_size: usize,
+    /// Warm containers kept ready for new sessions over an existing
+    /// directory (each lent its directory when taken; see `volume::slot`).
+    pub lent_pool_size: usize,
     /// Warm containers kept ready per environment, by name.
     pub environment_pools: BTreeMap<String, usize>,
     /// The supervisor connects to a socket the service listens on (Docker
@@ -236,6 +239,7 @@ impl SandboxConfig {
             supervisor: None,
             idle: None,
             pool_size: 0,
+            lent_pool_size: 0,
             environment_pools: BTreeMap::new(),
             socket_link: false,
             default_env: BTreeMap::from([

@@ -65,6 +65,9 @@ pub const TMP_BYTES: u64 = 256 << 20;
 /// Warm containers `serve` keeps ready. A [`super::Config`] built in
 /// process keeps none unless asked.
 pub const POOL_SIZE: usize = 4;
+/// Warm containers `serve` keeps ready for sessions over an existing
+/// directory.
+pub const LENT_POOL_SIZE: usize = 1;
 /// Time an environment build may take unless the caller asks otherwise,
 /// in seconds.
 pub const BUILD_TIMEOUT_SECS: u64 = 20 * 60;

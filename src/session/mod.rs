@@ -49,6 +49,7 @@ pub mod defaults;
 mod error;
 pub mod failure;
 mod gate;
+mod lend;
 mod messages;
 mod plans;
 mod pool;

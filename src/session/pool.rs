@@ -1,6 +1,7 @@
 //! A warm pool: containers started ahead of need, so a new session with a
 //! fresh workspace, the pool's image (the default one, or an environment's)
-//! and the default limits starts without waiting for Docker. Fills run in the background; an atomic count
+//! and the default limits starts without waiting for Docker; or, in the
+//! pool for lent directories, a session over an existing directory. Fills run in the background; an atomic count
 //! of those in flight, reserved by compare-and-swap, keeps concurrent
 //! top-ups from starting more than the pool is short of, and a flag set at
 //! shutdown makes fills still in flight remove what they made.
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::config::Config;
+use super::lend::prepare_slot;
 use super::prepare::{Prepared, discard, prepare};
 use crate::sandbox::Runtime;
 use crate::volume::Volumes;
@@ -29,6 +31,9 @@ pub(super) struct Pool {
     closed: AtomicBool,
     /// Set while its environment is being deleted: no fill starts.
     paused: AtomicBool,
+    /// Its entries are slots, lent a directory when taken (see
+    /// [`super::prepare::lend`]), rather than fresh workspaces.
+    lent: bool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -40,6 +45,15 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
+    /// A pool of containers for sessions over an existing directory: each
+    /// binds a slot and is lent the directory when taken.
+    pub(super) fn for_lent() -> Pool {
+        Pool {
+            lent: true,
+            ..Pool::default()
+        }
+    }
+
     pub(super) fn take(&self) -> Option<Prepared> {
         self.ready
             .lock()
@@ -156,10 +170,13 @@ impl Pool {
                     pool.filling.fetch_sub(1, Ordering::SeqCst);
                     return;
                 }
-                let limits = config.sandbox.default_limits;
-                let prepared = prepare(&config, &runtime, &locks, &volumes, None, image, limits)
-                    .await
-                    .map_err(|e| e.to_string());
+                let prepared = if pool.lent {
+                    prepare_slot(&config, &runtime, &volumes, image).await
+                } else {
+                    let limits = config.sandbox.default_limits;
+                    prepare(&config, &runtime, &locks, &volumes, None, image, limits).await
+                }
+                .map_err(|e| e.to_string());
                 // A durable service's files are made now, not when a caller waits.
                 let prepared = match (prepared, keep) {
                     (Ok(mut warm), Some(keep)) => {

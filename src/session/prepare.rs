@@ -19,7 +19,8 @@ use crate::workspace::lock::PathLocks;
 /// A session-to-be: workspace and (not yet started) sandbox.
 pub(super) struct Prepared {
     pub(super) id: String,
-    pub(super) workspace: Workspace,
+    /// `None` for a warm entry not yet lent its directory (see `lend`).
+    pub(super) workspace: Option<Workspace>,
     pub(super) volume: Volume,
     pub(super) sandbox: Sandbox,
     /// Its record file and journal, made ahead by a durable service.
@@ -117,6 +118,7 @@ pub(super) async fn reopen(
         workspace: volume.path().to_path_buf(),
         workspace_identity: Some(volume.identity()),
         workspace_bound: volume.bound_by_path(),
+        workspace_slot: false,
         user: format!("{uid}:{gid}"),
         env: cfg.default_env.clone(),
         limits,
@@ -134,7 +136,7 @@ pub(super) async fn reopen(
     };
     Ok(Prepared {
         id,
-        workspace,
+        workspace: Some(workspace),
         volume,
         sandbox: Sandbox::new(Arc::clone(runtime), spec),
         reserved: None,
@@ -162,7 +164,7 @@ pub(super) async fn discard(warm: Prepared) {
 /// user for a root-owned workspace, which its pin then shows them as their
 /// own (an id-mapped mount, see [`Volumes::pin`]): commands never run as
 /// root.
-fn command_user(owner: (u32, u32), default: (u32, u32)) -> (u32, u32) {
+pub(super) fn command_user(owner: (u32, u32), default: (u32, u32)) -> (u32, u32) {
     match owner {
         (0, _) => default,
         (uid, _) => (
@@ -212,7 +214,7 @@ pub fn holder_of(uid: u32) -> Option<String> {
     })
 }
 
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
 }
 
@@ -293,7 +295,11 @@ fn open_workspace(
 /// Opens the existing directory `path` as a workspace, if it lies under an
 /// allowed root (by its path as asked, and by the path of what was opened)
 /// and holds nothing of the service's own.
-fn open_lent(config: &Config, locks: Arc<PathLocks>, path: &str) -> Result<Workspace, Error> {
+pub(super) fn open_lent(
+    config: &Config,
+    locks: Arc<PathLocks>,
+    path: &str,
+) -> Result<Workspace, Error> {
     let not_allowed = || Error::WorkspaceNotAllowed {
         path: path.to_string(),
         allowed: config.allowed_roots.clone(),

@@ -95,6 +95,9 @@ pub struct Registry {
     tokens: Mutex<HashMap<[u8; 32], String>>,
     /// Warm entries of the default image.
     pool: Arc<Pool>,
+    /// Warm entries of the default image for sessions over an existing
+    /// directory, lent it when taken.
+    lent_pool: Arc<Pool>,
     /// Warm entries of each environment the operator named.
     environment_pools: BTreeMap<String, Arc<Pool>>,
     builds: Arc<Builds>,
@@ -208,6 +211,7 @@ impl Registry {
             sessions: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             pool: Arc::new(Pool::default()),
+            lent_pool: Arc::new(Pool::for_lent()),
             builds: Arc::new(builds),
             approvals,
             teardowns: tokio_util::task::TaskTracker::new(),
@@ -225,6 +229,7 @@ impl Registry {
         let m = self.config.metrics.as_ref()?;
         m.sessions_open.set(self.table().len() as i64);
         let ready = self.pool.ready()
+            + self.lent_pool.ready()
             + self
                 .environment_pools
                 .values()

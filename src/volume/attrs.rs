@@ -42,6 +42,23 @@ pub(super) fn add_nosuid_nodev(tree: &impl AsFd) -> io::Result<bool> {
     }
 }
 
+/// Whether this kernel has `mount_setattr` (Linux 5.12+).
+pub(super) fn has_mount_setattr() -> bool {
+    // SAFETY: a plain system call on no descriptor with no struct: it
+    // fails at once, and how tells whether the call exists.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            std::ptr::null::<libc::mount_attr>(),
+            0usize,
+        )
+    };
+    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+}
+
 /// The flags a remount of the mount `tree` must name to add `nosuid,nodev`
 /// and keep the restricting flags it has (`ro`, `noexec`, and the atime
 /// ones): for a kernel without `mount_setattr`.

@@ -64,6 +64,21 @@ impl Volumes {
         no_idmap: Option<&str>,
     ) -> Result<Volume, Error> {
         check_id(id)?;
+        let st = self.lendable(root, host)?;
+        if !self.inner.can_mount {
+            super::bound::held(host, st.st_uid)?;
+            return Ok(self.bound(id, host, (st.st_dev, st.st_ino)));
+        }
+        rustix::fs::mkdirat(&self.inner.pins.fd, id, Mode::from_raw_mode(0o700))
+            .map_err(|e| Error::Pin(e.into()))?;
+        self.attach(id, root, host, &st, root_user, no_idmap, false)
+    }
+
+    /// What every lent directory must be, checked: reachable by no other
+    /// user of the host, holding no service's state, and with no file in
+    /// it linked from outside. Returns its stat. Blocking (the hard-link
+    /// check walks the tree).
+    pub(super) fn lendable(&self, root: &OwnedFd, host: &Path) -> Result<rustix::fs::Stat, Error> {
         let st = rustix::fs::fstat(root).map_err(|e| Error::Pin(e.into()))?;
         // A set-id file a command makes in the directory lands on the host
         // with the directory owner's ids (root's, when id-mapped): only a
@@ -87,18 +102,33 @@ impl Volumes {
         // from elsewhere (a local `git clone`, `cp -al`) is the same file
         // there, where others may reach it. The same walk finds state below.
         linked_outside(root)?;
-        if !self.inner.can_mount {
-            super::bound::held(host, st.st_uid)?;
-            return Ok(self.bound(id, host, (st.st_dev, st.st_ino)));
-        }
+        Ok(st)
+    }
+
+    /// Mounts a clone of `root` (whose stat is `st`) at `pins/<id>`, a
+    /// directory already there: `nosuid,nodev` added, id-mapped where root
+    /// owns it. `shared_slot`: `pins/<id>` is a slot a running container
+    /// already binds (see [`Volumes::slot`]), so the pin reaches it by
+    /// propagation, which carries a mount's attributes as they are when it
+    /// is attached: they must be set on the detached tree, never by a
+    /// remount after. On failure `pins/<id>` is removed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attach(
+        &self,
+        id: &str,
+        root: &OwnedFd,
+        host: &Path,
+        st: &rustix::fs::Stat,
+        root_user: (u32, u32),
+        no_idmap: Option<&str>,
+        shared_slot: bool,
+    ) -> Result<Volume, Error> {
         let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
             uid: (0, root_user.0),
             gid: (st.st_gid, root_user.1),
         });
         let inner = &self.inner;
         let path = inner.pins.path.join(id);
-        rustix::fs::mkdirat(&inner.pins.fd, id, Mode::from_raw_mode(0o700))
-            .map_err(|e| Error::Pin(e.into()))?;
         let mut volume = Volume {
             inner: Arc::clone(inner),
             id: id.to_string(),
@@ -127,6 +157,11 @@ impl Volumes {
             // Added to the source's own flags, never replacing them: a
             // directory lent read-only stays read-only through its pin.
             let added = attrs::add_nosuid_nodev(&tree)?;
+            if !added && shared_slot {
+                return Err(io::Error::other(
+                    "this kernel cannot set a mount's attributes before attaching it (Linux 5.12+)",
+                ));
+            }
             rustix::mount::move_mount(
                 &tree,
                 "",

@@ -29,6 +29,7 @@ mod escapes;
 mod fairness;
 mod hostile;
 mod images;
+mod lent_pool;
 mod lifecycle;
 mod local_service;
 mod long_suites;

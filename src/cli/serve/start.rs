@@ -72,6 +72,7 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     sandbox.runtime = args.container_runtime;
     args.limits.apply(&mut sandbox);
     sandbox.pool_size = args.pool_size;
+    sandbox.lent_pool_size = args.lent_pool_size;
     sandbox.environment_pools = args.pools.into_iter().collect();
     if args.exec_mode == "supervisor" {
         sandbox.supervisor = Some(std::env::current_exe()?);

@@ -12,7 +12,7 @@ use crate::sandbox::KilledBy;
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Request {
     /// The request.
-    #[prost(oneof = "request::Kind", tags = "1, 2, 3, 4, 5, 6")]
+    #[prost(oneof = "request::Kind", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub kind: Option<request::Kind>,
 }
 
@@ -40,7 +40,26 @@ pub mod request {
         /// Send a signal to a process's group.
         #[prost(message, tag = "6")]
         Signal(super::SignalGroup),
+        /// The container's workspace was lent a directory: check it, and
+        /// run every command from now on as the directory's user.
+        #[prost(message, tag = "7")]
+        Lend(super::Lend),
     }
+}
+
+/// A directory lent to a warm container (see `volume::slot`): answered by
+/// [`event::Kind::Lent`] under the same id.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Lend {
+    /// Chosen by the service, unique per supervisor.
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    /// Device and inode `/workspace` must have now, "dev:ino".
+    #[prost(string, tag = "2")]
+    pub identity: String,
+    /// "uid:gid" every command and process runs as from now on.
+    #[prost(string, tag = "3")]
+    pub user: String,
 }
 
 /// Start a long-running process: like [`Spawn`], with no timeout and no
@@ -156,7 +175,7 @@ pub struct Event {
     #[prost(uint64, tag = "1")]
     pub id: u64,
     /// The event.
-    #[prost(oneof = "event::Kind", tags = "7, 4, 5, 6, 8, 9, 10, 11, 12, 13")]
+    #[prost(oneof = "event::Kind", tags = "7, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14")]
     pub kind: Option<event::Kind>,
 }
 
@@ -198,6 +217,10 @@ pub mod event {
         /// What became of the last [`super::Input`].
         #[prost(message, tag = "13")]
         InputDone(super::InputDone),
+        /// The answer to a [`super::Lend`]: empty when the workspace is the
+        /// directory lent and the user taken, else why not.
+        #[prost(string, tag = "14")]
+        Lent(String),
     }
 }
 

@@ -123,7 +123,7 @@ async fn serve_frames<R, W>(
     mut input: R,
     mut out: W,
     secret: String,
-    user: Option<(u32, u32)>,
+    mut user: Option<(u32, u32)>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -190,6 +190,18 @@ where
                 Some(request::Kind::Input(input)) => processes.input(input, &tx),
                 Some(request::Kind::Resize(size)) => processes.resize(&size),
                 Some(request::Kind::Signal(signal)) => processes.signal(&signal),
+                Some(request::Kind::Lend(lend)) => {
+                    let taken = check_workspace(&lend.identity)
+                        .and_then(|()| parse_user(&lend.user))
+                        .map(|lent| user = Some(lent));
+                    let answer = taken.err().map(|e| e.to_string()).unwrap_or_default();
+                    let _ = tx
+                        .send(frames::Event {
+                            id: lend.id,
+                            kind: Some(event::Kind::Lent(answer)),
+                        })
+                        .await;
+                }
                 None => {}
             }
         }

@@ -156,7 +156,8 @@ impl Registry {
     /// their workspaces are let go of and kept with their records and
     /// journals for the next start.
     pub async fn close_all(&self) {
-        let pools: Vec<&Arc<Pool>> = std::iter::once(&self.pool)
+        let pools: Vec<&Arc<Pool>> = [&self.pool, &self.lent_pool]
+            .into_iter()
             .chain(self.environment_pools.values())
             .collect();
         for pool in &pools {

@@ -15,6 +15,7 @@ use crate::sandbox::{self, image, labels};
 use crate::session::config::Config;
 use crate::session::error::Error;
 use crate::session::failure;
+use crate::session::lend::{Lent, lend, lent_limits};
 use crate::session::messages::{Info, NewSession, check_env};
 use crate::session::prepare::{Prepared, discard, prepare};
 use crate::session::records::Record;
@@ -109,16 +110,26 @@ impl Registry {
                 (image, pool)
             }
         };
-        let warm = match pool {
-            Some(pool) if req.workspace_path.is_none() && limits == cfg.default_limits => {
-                pool.take()
+        // A session over an existing directory takes a warm container of
+        // the default image from the pool for lent directories, which is
+        // lent the directory below.
+        let (pool, want) = match (&req.workspace_path, pool) {
+            (Some(_), Some(_))
+                if req.environment.is_none() && limits == lent_limits(&self.config)? =>
+            {
+                (Some(&self.lent_pool), self.lent_pool_size())
             }
-            _ => None,
+            (Some(_), _) => (None, 0),
+            (None, Some(pool)) if limits == cfg.default_limits => (
+                Some(pool),
+                match &req.environment {
+                    Some(name) => cfg.environment_pools.get(name).copied().unwrap_or(0),
+                    None => cfg.pool_size,
+                },
+            ),
+            (None, _) => (None, 0),
         };
-        let want = match &req.environment {
-            Some(name) => cfg.environment_pools.get(name).copied().unwrap_or(0),
-            None => cfg.pool_size,
-        };
+        let warm = pool.and_then(|p| p.take());
         let refill = pool.map(|p| (Arc::clone(p), image.clone(), want));
         // A warm entry made before its environment was built again.
         let warm = match warm {
@@ -127,6 +138,22 @@ impl Registry {
                 None
             }
             w => w,
+        };
+        let took = warm.is_some();
+        let warm = match (warm, &req.workspace_path) {
+            (Some(warm), Some(path)) => {
+                match lend(&self.config, &self.locks, &self.volumes, warm, path.clone()).await {
+                    Lent::Ready(lent) => Some(lent),
+                    Lent::Refused(e) => {
+                        if let Some((pool, image, want)) = refill {
+                            self.refill_after(&pool, &image, want, REFILL_PAUSE);
+                        }
+                        return Err(e.into());
+                    }
+                    Lent::Unusable => None,
+                }
+            }
+            (warm, _) => warm,
         };
         let pooled = warm.is_some();
         let Prepared {
@@ -150,11 +177,26 @@ impl Registry {
                 .await?
             }
         };
+        let Some(workspace) = workspace else {
+            // Only an entry not yet lent lacks one, and it was lent above.
+            discard(Prepared {
+                id,
+                workspace: None,
+                volume,
+                sandbox,
+                reserved,
+            })
+            .await;
+            return Err(Error::CreateWorkspace(std::io::Error::other(
+                "the warm container was not lent the directory",
+            ))
+            .into());
+        };
         // The entry taken is made again once the new session's first
         // command, which its caller sends as soon as it has the answer,
         // has had the processors to itself: a container start beside it
         // would cost it half its speed on a small host.
-        if pooled && let Some((pool, image, want)) = refill {
+        if took && let Some((pool, image, want)) = refill {
             self.refill_after(&pool, &image, want, REFILL_PAUSE);
         }
         crate::profile::mark("host: workspace opened");
@@ -194,7 +236,7 @@ impl Registry {
                 }
                 discard(Prepared {
                     id,
-                    workspace,
+                    workspace: Some(workspace),
                     volume,
                     sandbox,
                     reserved: None,

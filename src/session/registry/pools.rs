@@ -9,6 +9,7 @@ use super::Registry;
 use crate::environment::Environment;
 use crate::session::builds::BuildEvents;
 use crate::session::failure;
+use crate::session::lend::lends_to_warm;
 use crate::session::messages::{EnvironmentInfo, NewEnvironment};
 use crate::session::pool::Pool;
 use crate::session::prepare::discard;
@@ -25,6 +26,16 @@ impl Registry {
             &self.volumes,
             &cfg.default_image,
             cfg.pool_size,
+            self.keep.as_ref(),
+            Duration::ZERO,
+        );
+        self.lent_pool.fill(
+            &self.config,
+            &self.runtime,
+            &self.locks,
+            &self.volumes,
+            &cfg.default_image,
+            self.lent_pool_size(),
             self.keep.as_ref(),
             Duration::ZERO,
         );
@@ -79,6 +90,23 @@ impl Registry {
             self.keep.as_ref(),
             after,
         );
+    }
+
+    /// Warm containers kept for sessions over an existing directory: as
+    /// the operator asked, where directories can be lent to running
+    /// containers at all (see [`crate::session::lend::lends_to_warm`]).
+    pub(super) fn lent_pool_size(&self) -> usize {
+        if lends_to_warm(&self.config, &self.volumes) {
+            self.config.sandbox.lent_pool_size
+        } else {
+            0
+        }
+    }
+
+    /// Warm containers for existing directories ready now (for tests and
+    /// the benchmark).
+    pub fn lent_pool_ready(&self) -> usize {
+        self.lent_pool.ready()
     }
 
     /// Warm containers of the default image ready now (for tests and the

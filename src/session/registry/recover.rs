@@ -104,6 +104,9 @@ impl Registry {
             record.limits,
         )
         .await?;
+        let workspace = workspace.ok_or_else(|| {
+            Error::CreateWorkspace(std::io::Error::other("the workspace was not opened"))
+        })?;
         let parts = async {
             let journals = self.journals.clone();
             let jid = id.clone();

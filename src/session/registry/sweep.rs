@@ -40,6 +40,7 @@ impl Registry {
     pub async fn sweep_volumes(&self) {
         let mut live: Vec<String> = self.table().keys().cloned().collect();
         live.extend(self.pool.ids());
+        live.extend(self.lent_pool.ids());
         for pool in self.environment_pools.values() {
             live.extend(pool.ids());
         }

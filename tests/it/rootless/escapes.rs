@@ -110,6 +110,7 @@ async fn the_supervisor_serves_only_over_the_sessions_own_directory() {
     let label = format!("sandboxd-test-{}", uuid::Uuid::new_v4().simple());
     let spec = ContainerSpec {
         workspace_bound: false,
+        workspace_slot: false,
         supervisor: Some(crate::common::SANDBOXD.into()),
         ..small_container(dir.path().to_path_buf(), &label)
     };
@@ -158,6 +159,7 @@ async fn the_engine_never_makes_a_missing_workspace() {
     let label = format!("sandboxd-test-{}", uuid::Uuid::new_v4().simple());
     let spec = ContainerSpec {
         workspace_bound: true,
+        workspace_slot: false,
         supervisor: None,
         ..small_container(dir.path().join("mid/proj"), &label)
     };
@@ -197,6 +199,7 @@ fn small_container(workspace: std::path::PathBuf, label: &str) -> sandboxd::sand
         workspace,
         workspace_identity: None,
         workspace_bound: false,
+        workspace_slot: false,
         user: "1000:1000".into(),
         env: Default::default(),
         limits: sandboxd::sandbox::Limits {

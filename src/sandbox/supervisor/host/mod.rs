@@ -307,13 +307,14 @@ impl Link {
             .map_err(|e| Error::StartExec(format!("the supervisor is gone: {e}")))
     }
 
-    /// Runs `true` in the workspace and waits (at most a few seconds) for
+    /// Runs `true` (in `/`: a warm container's workspace may be a slot no
+    /// command may enter yet) and waits (at most a few seconds) for
     /// its end, so what a command's first spawn looks up is cached before
     /// any caller's command. Its result is of no interest.
     pub async fn warm_up(&self) {
         let spec = CommandSpec {
             command: "true".into(),
-            cwd: super::WORKSPACE_PATH.into(),
+            cwd: "/".into(),
             env: Default::default(),
             timeout: Duration::from_secs(5),
             stdout_cap: 0,
@@ -377,6 +378,58 @@ impl Link {
         }
         crate::profile::mark("host: spawn frame written");
         Ok((id, rx))
+    }
+
+    /// Tells the supervisor its container's workspace was lent the
+    /// directory of `identity` (device and inode) and that commands run as
+    /// `user` from now on; waits for it to check and agree. Until then its
+    /// commands would run in the empty slot as the warm container's user.
+    pub async fn lend(&self, identity: (u64, u64), user: &str) -> Result<(), Error> {
+        if !self.is_alive() {
+            return Err(Error::StartExec("the supervisor is gone".into()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = mpsc::channel(1);
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Route { tx, budget: 4096 });
+        let lend = frames::Lend {
+            id,
+            identity: format!("{}:{}", identity.0, identity.1),
+            user: user.to_string(),
+        };
+        let sent = self
+            .send(frames::Request {
+                kind: Some(request::Kind::Lend(lend)),
+            })
+            .await;
+        let answer = match sent {
+            Ok(()) => tokio::time::timeout(READY_TIMEOUT, rx.recv()).await,
+            Err(e) => {
+                self.forget(id);
+                return Err(e);
+            }
+        };
+        self.forget(id);
+        match answer {
+            Ok(Some(frames::Event {
+                kind: Some(event::Kind::Lent(why)),
+                ..
+            })) if why.is_empty() => Ok(()),
+            Ok(Some(frames::Event {
+                kind: Some(event::Kind::Lent(why)),
+                ..
+            })) => Err(Error::StartExec(format!(
+                "the supervisor refused the lent directory: {why}"
+            ))),
+            Ok(other) => Err(Error::StartExec(format!(
+                "the supervisor did not answer the lent directory: {other:?}"
+            ))),
+            Err(_) => Err(Error::StartExec(
+                "the supervisor did not answer the lent directory in time".into(),
+            )),
+        }
     }
 
     async fn cancel(&self, id: u64) {

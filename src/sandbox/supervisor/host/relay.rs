@@ -102,7 +102,8 @@ impl Supervised {
                         | event::Kind::Err(_)
                         | event::Kind::Listening(_)
                         | event::Kind::Usage(_)
-                        | event::Kind::InputDone(_),
+                        | event::Kind::InputDone(_)
+                        | event::Kind::Lent(_),
                     ) => {}
                     // The supervisor died (or the container with it).
                     None => break Err(LOST),

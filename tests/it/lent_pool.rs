@@ -1,0 +1,262 @@
+//! Sessions over an existing directory from warm containers: a container
+//! started over an empty slot is lent the directory a session names (a
+//! pin on the slot, propagated into the running container) and its
+//! supervisor confirms it before the session is handed out. Whatever the
+//! directory's owner, commands run as they would in a container started
+//! cold; a directory that may not be lent is refused as before and costs
+//! nothing; closing lets go of every mount.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{TestServer, containers_labelled, mounts_under, run};
+use sandboxd::pb;
+
+/// A server keeping `n` warm containers for lent directories (and none
+/// for fresh workspaces), once they are ready.
+async fn server(n: usize) -> TestServer {
+    let srv = TestServer::with_docker_mode_and(crate::common::Mode::Supervisor, |c| {
+        c.sandbox.pool_size = 0;
+        c.sandbox.lent_pool_size = n;
+    })
+    .await;
+    assert!(ready_soon(&srv, n).await, "the lent pool never filled");
+    srv
+}
+
+/// Whether `n` warm containers for lent directories are ready within 60 s.
+async fn ready_soon(srv: &TestServer, n: usize) -> bool {
+    let until = Instant::now() + Duration::from_secs(60);
+    while srv.registry.lent_pool_ready() < n {
+        if Instant::now() > until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+/// The session ids the server's containers carry now.
+fn container_sessions(srv: &TestServer) -> Vec<String> {
+    let mut ids: Vec<String> = containers_labelled(&format!("sandboxd.service={}", srv.service))
+        .iter()
+        .map(|c| {
+            let out = std::process::Command::new("docker")
+                .args([
+                    "inspect",
+                    "-f",
+                    "{{index .Config.Labels \"sandboxd.session\"}}",
+                    c,
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn lend(srv: &TestServer, dir: &Path) -> Result<pb::Session, tonic::Status> {
+    srv.client
+        .clone()
+        .create_session(pb::CreateSessionRequest {
+            workspace_path: dir.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// The mount options of `/workspace` as the session's commands see it.
+async fn workspace_options(srv: &TestServer, session: &str) -> String {
+    let ran = run(
+        &srv.client,
+        session,
+        "awk '$5 == \"/workspace\" {print $6}' /proc/self/mountinfo | tail -n 1",
+        10_000,
+    )
+    .await;
+    assert_eq!(ran.exit.exit_code, 0, "{}", ran.stderr());
+    ran.stdout().trim().to_string()
+}
+
+/// Two directories, one root's (a CI checkout) and one another user's, each
+/// lent to a warm container: the sessions are the warm entries (their ids
+/// are the containers' that were running before), each sees its own
+/// directory only, through a `nosuid,nodev` pin, and its commands run as
+/// a cold start's would: root's checkout id-mapped to the command user,
+/// who writes it while the host keeps root as the owner; the other
+/// user's as that user. Closing lets go of both mounts of each slot and
+/// leaves the directories intact; the pool fills again.
+#[tokio::test]
+async fn a_session_over_an_existing_directory_is_a_warm_container_lent_it() {
+    let srv = server(2).await;
+    let warm = container_sessions(&srv);
+    assert_eq!(warm.len(), 2, "{warm:?}");
+
+    let root_repo = srv.allowed_root.path().join("root-repo");
+    std::fs::create_dir(&root_repo).unwrap();
+    std::fs::write(root_repo.join("calc.py"), "root's\n").unwrap();
+    let user_repo = srv.allowed_root.path().join("user-repo");
+    std::fs::create_dir(&user_repo).unwrap();
+    std::fs::write(user_repo.join("notes.txt"), "the user's\n").unwrap();
+    for p in [&user_repo, &user_repo.join("notes.txt")] {
+        std::os::unix::fs::chown(p, Some(4321), Some(4321)).unwrap();
+    }
+
+    let a = lend(&srv, &root_repo).await.unwrap();
+    let b = lend(&srv, &user_repo).await.unwrap();
+    assert!(
+        warm.contains(&a.session_id) && warm.contains(&b.session_id),
+        "both sessions came from the warm containers {warm:?}: {} {}",
+        a.session_id,
+        b.session_id
+    );
+    assert!(a.notes.is_empty(), "{:?}", a.notes);
+
+    let ran = run(
+        &srv.client,
+        &a.session_id,
+        "id -u; ls -A /workspace; cat calc.py; echo made > new.txt; mkdir -p cache/v",
+        20_000,
+    )
+    .await;
+    assert_eq!(ran.exit.exit_code, 0, "{}{}", ran.stdout(), ran.stderr());
+    let out = ran.stdout();
+    let uid: u32 = out.lines().next().unwrap().parse().unwrap();
+    assert_ne!(uid, 0, "commands never run as root: {out}");
+    assert_eq!(
+        out.lines().nth(1),
+        Some("calc.py"),
+        "only its own files: {out}"
+    );
+    assert!(out.contains("root's"), "{out}");
+    let made = std::fs::metadata(root_repo.join("new.txt")).unwrap();
+    assert_eq!(
+        (made.uid(), made.gid()),
+        (0, 0),
+        "through the id-mapped pin, what commands make in root's checkout is root's"
+    );
+    assert!(root_repo.join("cache/v").is_dir());
+    let options = workspace_options(&srv, &a.session_id).await;
+    for want in ["nosuid", "nodev", "idmapped"] {
+        assert!(options.split(',').any(|o| o == want), "{want}: {options}");
+    }
+
+    let ran = run(
+        &srv.client,
+        &b.session_id,
+        "id -u; ls -A /workspace; echo more >> notes.txt",
+        20_000,
+    )
+    .await;
+    assert_eq!(ran.exit.exit_code, 0, "{}{}", ran.stdout(), ran.stderr());
+    assert_eq!(ran.stdout(), "4321\nnotes.txt\n");
+    assert_eq!(
+        std::fs::read_to_string(user_repo.join("notes.txt")).unwrap(),
+        "the user's\nmore\n"
+    );
+    let options = workspace_options(&srv, &b.session_id).await;
+    for want in ["nosuid", "nodev"] {
+        assert!(options.split(',').any(|o| o == want), "{want}: {options}");
+    }
+
+    // The file tools see what the commands made.
+    let read = srv
+        .client
+        .clone()
+        .read_file(pb::ReadFileRequest {
+            session_id: a.session_id.clone(),
+            path: "new.txt".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(read.content, "made\n");
+
+    for s in [&a, &b] {
+        srv.client
+            .clone()
+            .close_session(pb::CloseSessionRequest {
+                session_id: s.session_id.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    let pins = srv.state_dir().join("pins");
+    let until = Instant::now() + Duration::from_secs(30);
+    let mounted = |id: &str| mounts_under(&pins.join(id));
+    while !(mounted(&a.session_id).is_empty() && mounted(&b.session_id).is_empty()) {
+        assert!(
+            Instant::now() < until,
+            "a closed session's slot is still mounted: {:?} {:?}",
+            mounted(&a.session_id),
+            mounted(&b.session_id)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!pins.join(&a.session_id).exists());
+    assert_eq!(
+        std::fs::read_to_string(root_repo.join("calc.py")).unwrap(),
+        "root's\n"
+    );
+    assert!(ready_soon(&srv, 2).await, "the pool filled again");
+    srv.stop().await;
+}
+
+/// A directory that may not be lent (a file in it is hard-linked from
+/// outside) is refused from the warm pool with the reason a cold start
+/// gives; the warm container it would have taken is removed with its
+/// slot, nothing stays mounted for it, the pool fills again, and the next
+/// directory is lent as ever.
+#[tokio::test]
+async fn a_directory_that_may_not_be_lent_is_refused_and_its_warm_container_let_go() {
+    let srv = server(1).await;
+    let warm = container_sessions(&srv);
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    let root = srv.allowed_root.path();
+    let repo = root.join("linked");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::create_dir(root.join("outside")).unwrap();
+    std::fs::write(root.join("outside/secret"), "not the session's\n").unwrap();
+    std::fs::hard_link(root.join("outside/secret"), repo.join("secret")).unwrap();
+
+    let refused = lend(&srv, &repo).await.unwrap_err();
+    assert!(
+        refused.message().contains("hard links, some outside it"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    let slot = srv.state_dir().join("pins").join(&warm[0]);
+    let until = Instant::now() + Duration::from_secs(30);
+    while !mounts_under(&slot).is_empty()
+        || slot.exists()
+        || container_sessions(&srv).contains(&warm[0])
+    {
+        assert!(
+            Instant::now() < until,
+            "the refused entry's slot or container stayed: {:?} {}",
+            mounts_under(&slot),
+            slot.exists()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready_soon(&srv, 1).await, "the pool filled again");
+
+    let fine = root.join("fine");
+    std::fs::create_dir(&fine).unwrap();
+    std::fs::write(fine.join("a"), "a\n").unwrap();
+    let now_warm = container_sessions(&srv);
+    let s = lend(&srv, &fine).await.unwrap();
+    assert!(now_warm.contains(&s.session_id), "{now_warm:?}");
+    let ran = run(&srv.client, &s.session_id, "cat a", 10_000).await;
+    assert_eq!(ran.stdout(), "a\n");
+    srv.stop().await;
+}
