@@ -20,7 +20,7 @@ use crate::workspace::lock::PathLocks;
 /// What became of lending a warm entry a directory.
 pub(super) enum Lent {
     /// The session-to-be, its container showing the directory.
-    Ready(Prepared),
+    Ready(Box<Prepared>),
     /// The directory may not be lent (the same answer a cold start gives).
     Refused(Error),
     /// The warm entry could not take it (logged); a cold start may still.
@@ -151,13 +151,13 @@ pub(super) async fn lend(
         }
     };
     match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
-        Ok(()) => Lent::Ready(Prepared {
+        Ok(()) => Lent::Ready(Box::new(Prepared {
             id,
             workspace: Some(workspace),
             volume: pin,
             sandbox,
             reserved,
-        }),
+        })),
         Err(e) => {
             tracing::warn!(session = %id, error = %e, "a warm container could not take a lent directory; starting one cold");
             tokio::spawn(super::prepare::discard(Prepared {

@@ -143,7 +143,7 @@ impl Registry {
         let warm = match (warm, &req.workspace_path) {
             (Some(warm), Some(path)) => {
                 match lend(&self.config, &self.locks, &self.volumes, warm, path.clone()).await {
-                    Lent::Ready(lent) => Some(lent),
+                    Lent::Ready(lent) => Some(*lent),
                     Lent::Refused(e) => {
                         if let Some((pool, image, want)) = refill {
                             self.refill_after(&pool, &image, want, REFILL_PAUSE);
