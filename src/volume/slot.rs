@@ -105,3 +105,139 @@ impl Volumes {
         self.attach(&slot.id, root, host, &st, root_user, no_idmap, true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StateDir;
+    use crate::volume::unmount;
+    use rustix::fs::OFlags;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::PathBuf;
+
+    /// Every line of this process's mountinfo for a mount at `path`.
+    fn mounts_at(path: &Path) -> Vec<String> {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|line| Path::new(line.split(' ').nth(4).unwrap()) == path)
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn mount(args: &[&str]) {
+        let out = std::process::Command::new("mount")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount {args:?}: {out:?}");
+    }
+
+    /// A bind of a slot made before its lend, with slave propagation, as
+    /// a warm container's `/workspace` is; unmounted also on a failure.
+    struct View(PathBuf);
+
+    impl Drop for View {
+        fn drop(&mut self) {
+            let _ = unmount(&self.0);
+        }
+    }
+
+    /// A slot is a shared `nosuid,nodev` mount of an empty directory; a
+    /// directory lent on it reaches a bind made earlier with slave
+    /// propagation (a warm container's view), id-mapped and `nosuid,nodev`
+    /// there too; removing the pin unmounts both layers, which the view
+    /// sees at once, and removes the slot; a restart's repin of a lent
+    /// slot unmounts both layers before it pins anew.
+    #[test]
+    fn a_directory_lent_on_a_slot_reaches_its_earlier_bind_and_goes_with_it() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "slots need root: run the tests as root"
+        );
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        assert!(volumes.lends_to_running(), "this kernel lends to running containers");
+        let lent = base.path().join("repo");
+        std::fs::create_dir(&lent).unwrap();
+        std::fs::write(lent.join("f"), "x\n").unwrap();
+        let fd = rustix::fs::open(
+            &lent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+
+        let slot = volumes.slot("warm").unwrap();
+        let at = mounts_at(slot.path());
+        assert_eq!(at.len(), 1, "{at:?}");
+        assert!(at[0].contains(" shared:"), "{at:?}");
+        assert!(at[0].contains("nosuid") && at[0].contains("nodev"), "{at:?}");
+        let view = View(base.path().join("view"));
+        std::fs::create_dir(&view.0).unwrap();
+        let (from, to) = (slot.path().to_str().unwrap(), view.0.to_str().unwrap());
+        mount(&["--bind", from, to]);
+        mount(&["--make-rslave", to]);
+        assert!(std::fs::read_dir(&view.0).unwrap().next().is_none());
+
+        let pin = volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        assert_eq!(pin.path(), slot.path());
+        assert_eq!(mounts_at(slot.path()).len(), 2);
+        assert_eq!(std::fs::read(view.0.join("f")).unwrap(), b"x\n");
+        let seen = mounts_at(&view.0);
+        let top = seen.last().unwrap();
+        for want in ["nosuid", "nodev", "idmapped"] {
+            assert!(top.contains(want), "{want}: {seen:?}");
+        }
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(view.0.join("f")).unwrap()),
+            1000
+        );
+
+        pin.remove().unwrap();
+        assert!(mounts_at(slot.path()).is_empty());
+        assert!(!slot.path().exists());
+        assert!(!view.0.join("f").exists(), "the view lost the pin with the host");
+        assert_eq!(std::fs::read(lent.join("f")).unwrap(), b"x\n");
+
+        let slot = volumes.slot("again").unwrap();
+        volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        let pin = volumes
+            .repin("again", &fd, &lent, (1000, 1000), None)
+            .unwrap();
+        assert_eq!(mounts_at(pin.path()).len(), 1, "only the new pin");
+        assert_eq!(std::fs::read(pin.path().join("f")).unwrap(), b"x\n");
+        pin.remove().unwrap();
+        assert!(mounts_at(pin.path()).is_empty());
+    }
+
+    /// A slot whose identity changed (something else mounted or swapped
+    /// there) is not lent anything.
+    #[test]
+    fn a_slot_that_is_no_longer_itself_is_not_lent() {
+        assert!(rustix::process::geteuid().is_root());
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        let lent = base.path().join("repo");
+        std::fs::create_dir(&lent).unwrap();
+        let fd = rustix::fs::open(
+            &lent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let slot = volumes.slot("swapped").unwrap();
+        let other = base.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        mount(&["--bind", other.to_str().unwrap(), slot.path().to_str().unwrap()]);
+        let refused = volumes.lend(&slot, &fd, &lent, (1000, 1000), None);
+        assert!(matches!(refused, Err(Error::Pin(_))), "{refused:?}");
+        assert_eq!(mounts_at(slot.path()).len(), 2, "nothing added");
+        slot.remove().unwrap();
+        assert!(mounts_at(slot.path()).is_empty());
+    }
+}
