@@ -154,6 +154,18 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Runs a warm-up command through the container's supervisor, if it
+    /// has one up (see [`Link::warm_up`]): for a container that has been
+    /// idle since it was started ahead of need.
+    pub async fn warm_up(&self) {
+        let link = match self.link.lock().await.as_ref() {
+            Some((_, LinkState::Up(link))) => Arc::clone(link),
+            _ => return,
+        };
+        link.warm_up().await;
+        crate::profile::mark("host: warm container's spawn warmed again");
+    }
+
     /// The container spec.
     pub fn spec(&self) -> &ContainerSpec {
         &self.spec

@@ -138,7 +138,10 @@ pub(super) async fn lend(
         }
     };
     let (workspace, pin, (uid, gid)) = match opened {
-        Ok(opened) => opened,
+        Ok(opened) => {
+            crate::profile::mark("host: directory checked and pinned on the slot");
+            opened
+        }
         Err(lent) => {
             tokio::spawn(super::prepare::discard(Prepared {
                 id,
@@ -151,13 +154,16 @@ pub(super) async fn lend(
         }
     };
     match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
-        Ok(()) => Lent::Ready(Box::new(Prepared {
-            id,
-            workspace: Some(workspace),
-            volume: pin,
-            sandbox,
-            reserved,
-        })),
+        Ok(()) => {
+            crate::profile::mark("host: the supervisor confirmed the lent directory");
+            Lent::Ready(Box::new(Prepared {
+                id,
+                workspace: Some(workspace),
+                volume: pin,
+                sandbox,
+                reserved,
+            }))
+        }
         Err(e) => {
             tracing::warn!(session = %id, error = %e, "a warm container could not take a lent directory; starting one cold");
             tokio::spawn(super::prepare::discard(Prepared {

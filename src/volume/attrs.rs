@@ -11,14 +11,17 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
 /// Adds `nosuid` and `nodev` to the detached mount `tree` (from
-/// `open_tree(OPEN_TREE_CLONE)`), keeping every flag it has. `Ok(false)`
-/// where the kernel has no `mount_setattr` (before Linux 5.12): see
-/// [`remount_flags`].
+/// `open_tree(OPEN_TREE_CLONE)`), keeping every flag it has, and makes it
+/// private: a clone of a shared mount is otherwise a peer of its source,
+/// so mounts made later under the source (an `sshfs` in the checkout)
+/// would appear in it, and unmounting it would unmount them at the
+/// source. `Ok(false)` where the kernel has no `mount_setattr` (before
+/// Linux 5.12): see [`remount_flags`] and [`make_private`].
 pub(super) fn add_nosuid_nodev(tree: &impl AsFd) -> io::Result<bool> {
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
         attr_clr: 0,
-        propagation: 0,
+        propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
     // SAFETY: a plain system call on a live descriptor, an empty C string
@@ -40,6 +43,17 @@ pub(super) fn add_nosuid_nodev(tree: &impl AsFd) -> io::Result<bool> {
         e if e.raw_os_error() == Some(libc::ENOSYS) => Ok(false),
         e => Err(e),
     }
+}
+
+/// Makes the attached mount `tree` private (see [`add_nosuid_nodev`]), on
+/// a kernel without `mount_setattr`. The fd names the mount itself: no
+/// path is resolved.
+pub(super) fn make_private(tree: &impl AsFd) -> io::Result<()> {
+    rustix::mount::mount_change(
+        format!("/proc/self/fd/{}", tree.as_fd().as_raw_fd()),
+        rustix::mount::MountPropagationFlags::PRIVATE,
+    )?;
+    Ok(())
 }
 
 /// Whether this kernel has `mount_setattr` (Linux 5.12+).

@@ -170,6 +170,7 @@ impl Volumes {
                 MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
             )?;
             if !added {
+                attrs::make_private(&tree)?;
                 // The tree fd names the new mount itself: no path is resolved.
                 rustix::mount::mount_remount(
                     proc_fd_path(&tree),

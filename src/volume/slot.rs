@@ -159,7 +159,10 @@ mod tests {
         std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let state = StateDir::open(&base.path().join("state")).unwrap();
         let volumes = Volumes::open(&state).unwrap();
-        assert!(volumes.lends_to_running(), "this kernel lends to running containers");
+        assert!(
+            volumes.lends_to_running(),
+            "this kernel lends to running containers"
+        );
         let lent = base.path().join("repo");
         std::fs::create_dir(&lent).unwrap();
         std::fs::write(lent.join("f"), "x\n").unwrap();
@@ -174,7 +177,10 @@ mod tests {
         let at = mounts_at(slot.path());
         assert_eq!(at.len(), 1, "{at:?}");
         assert!(at[0].contains(" shared:"), "{at:?}");
-        assert!(at[0].contains("nosuid") && at[0].contains("nodev"), "{at:?}");
+        assert!(
+            at[0].contains("nosuid") && at[0].contains("nodev"),
+            "{at:?}"
+        );
         let view = View(base.path().join("view"));
         std::fs::create_dir(&view.0).unwrap();
         let (from, to) = (slot.path().to_str().unwrap(), view.0.to_str().unwrap());
@@ -199,7 +205,10 @@ mod tests {
         pin.remove().unwrap();
         assert!(mounts_at(slot.path()).is_empty());
         assert!(!slot.path().exists());
-        assert!(!view.0.join("f").exists(), "the view lost the pin with the host");
+        assert!(
+            !view.0.join("f").exists(),
+            "the view lost the pin with the host"
+        );
         assert_eq!(std::fs::read(lent.join("f")).unwrap(), b"x\n");
 
         let slot = volumes.slot("again").unwrap();
@@ -211,6 +220,75 @@ mod tests {
         assert_eq!(std::fs::read(pin.path().join("f")).unwrap(), b"x\n");
         pin.remove().unwrap();
         assert!(mounts_at(pin.path()).is_empty());
+    }
+
+    /// A directory on a shared mount (every mount of a systemd host is)
+    /// is pinned, cold or on a slot, as a private mount: a mount the host
+    /// makes later under the directory reaches neither the pin nor a
+    /// container's view of it, and removing the pin leaves the host's
+    /// mount where it is.
+    #[test]
+    fn a_pin_of_a_shared_mount_takes_no_later_host_mounts_and_leaves_them_be() {
+        assert!(rustix::process::geteuid().is_root());
+        let base = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&base.path().join("state")).unwrap();
+        let volumes = Volumes::open(&state).unwrap();
+        let shared = View(base.path().join("shared"));
+        std::fs::create_dir(&shared.0).unwrap();
+        mount(&["-t", "tmpfs", "tmpfs", shared.0.to_str().unwrap()]);
+        mount(&["--make-shared", shared.0.to_str().unwrap()]);
+        let lent = shared.0.join("w");
+        std::fs::create_dir_all(lent.join("sub")).unwrap();
+        let fd = rustix::fs::open(
+            &lent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let cold = volumes.pin("cold", &fd, &lent, (1000, 1000), None).unwrap();
+        let slot = volumes.slot("warm").unwrap();
+        let view = View(base.path().join("view"));
+        std::fs::create_dir(&view.0).unwrap();
+        mount(&["--bind", slot.path().to_str().unwrap(), view.0.to_str().unwrap()]);
+        mount(&["--make-rslave", view.0.to_str().unwrap()]);
+        let warm = volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        // Peer groups, by the mountinfo's optional fields.
+        let groups = |line: &str| -> Vec<String> {
+            line.split(" - ").next().unwrap().split(' ').skip(6).map(str::to_string).collect()
+        };
+        let source = groups(&mounts_at(&shared.0)[0]);
+        assert!(source.iter().any(|g| g.starts_with("shared:")), "{source:?}");
+        for pin in [&cold, &warm] {
+            let at = mounts_at(pin.path());
+            let theirs = groups(at.last().unwrap());
+            assert!(
+                !theirs.iter().any(|g| source.contains(g)),
+                "a pin is in its source's peer group: {at:?} {source:?}"
+            );
+        }
+
+        let secret = base.path().join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        std::fs::write(secret.join("s"), "the host's\n").unwrap();
+        let host_mount = View(lent.join("sub"));
+        mount(&["--bind", secret.to_str().unwrap(), host_mount.0.to_str().unwrap()]);
+        for seen in [cold.path(), warm.path(), view.0.as_path()] {
+            assert!(
+                !seen.join("sub/s").exists(),
+                "{} shows a mount the host made after the pin",
+                seen.display()
+            );
+        }
+        cold.remove().unwrap();
+        warm.remove().unwrap();
+        assert_eq!(
+            std::fs::read(host_mount.0.join("s")).unwrap(),
+            b"the host's\n",
+            "removing the pins left the host's own mount alone"
+        );
+        drop(host_mount);
+        drop(view);
     }
 
     /// A slot whose identity changed (something else mounted or swapped
@@ -233,7 +311,11 @@ mod tests {
         let slot = volumes.slot("swapped").unwrap();
         let other = base.path().join("other");
         std::fs::create_dir(&other).unwrap();
-        mount(&["--bind", other.to_str().unwrap(), slot.path().to_str().unwrap()]);
+        mount(&[
+            "--bind",
+            other.to_str().unwrap(),
+            slot.path().to_str().unwrap(),
+        ]);
         let refused = volumes.lend(&slot, &fd, &lent, (1000, 1000), None);
         assert!(matches!(refused, Err(Error::Pin(_))), "{refused:?}");
         assert_eq!(mounts_at(slot.path()).len(), 2, "nothing added");

@@ -146,6 +146,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         c.max_sessions = 300;
         c.allowed_roots = vec![allowed];
         c.allow_builds = true;
+        c.sandbox.lent_pool_size = defaults::LENT_POOL_SIZE;
         c.sandbox
             .environment_pools
             .insert(environments::NAME.to_string(), pool_size);
@@ -160,7 +161,10 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         let registry = Arc::clone(&registry);
         async move {
             let until = Instant::now() + Duration::from_secs(60);
-            while registry.pool_ready() < pool_size && Instant::now() < until {
+            while (registry.pool_ready() < pool_size
+                || registry.lent_pool_ready() < registry.lent_pool_size())
+                && Instant::now() < until
+            {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }

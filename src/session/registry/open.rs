@@ -226,8 +226,16 @@ impl Registry {
                 .await
                 .map_err(Error::CreateWorkspace)?;
             Ok::<_, Error>((journal, record, history))
-        }
-        .await;
+        };
+        // A warm container's first spawn was long ago: what a spawn looks
+        // up (the shell, its loader and libraries, through a filesystem
+        // whose caches expire) is looked up again now, beside the host's
+        // work, rather than in the caller's first command.
+        let (parts, ()) = tokio::join!(parts, async {
+            if pooled {
+                sandbox.warm_up().await;
+            }
+        });
         let (journal, record_file, history) = match parts {
             Ok(parts) => parts,
             Err(e) => {

@@ -95,7 +95,7 @@ impl Registry {
     /// Warm containers kept for sessions over an existing directory: as
     /// the operator asked, where directories can be lent to running
     /// containers at all (see [`crate::session::lend::lends_to_warm`]).
-    pub(super) fn lent_pool_size(&self) -> usize {
+    pub fn lent_pool_size(&self) -> usize {
         if lends_to_warm(&self.config, &self.volumes) {
             self.config.sandbox.lent_pool_size
         } else {
