@@ -64,6 +64,8 @@ mod hardlinks;
 mod idmap;
 mod pin;
 mod slot;
+
+pub use slot::Lendable;
 mod sweep;
 
 /// Why a volume or the state directory could not be prepared.

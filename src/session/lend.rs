@@ -14,17 +14,17 @@ use super::config::Config;
 use super::error::Error;
 use super::prepare::{Prepared, command_user, new_id, open_lent};
 use crate::sandbox::{self, ContainerSpec, Runtime, Sandbox, labels};
+use crate::volume::Lendable;
 use crate::volume::Volumes;
+use crate::workspace::Workspace;
 use crate::workspace::lock::PathLocks;
 
-/// What became of lending a warm entry a directory.
-pub(super) enum Lent {
-    /// The session-to-be, its container showing the directory.
-    Ready(Box<Prepared>),
-    /// The directory may not be lent (the same answer a cold start gives).
-    Refused(Error),
-    /// The warm entry could not take it (logged); a cold start may still.
-    Unusable,
+/// A directory checked to be one that may be lent, opened for the file
+/// tools, and who its commands run as.
+pub(super) struct Checked {
+    workspace: Workspace,
+    lendable: Lendable,
+    user: (u32, u32),
 }
 
 /// Whether sessions over existing directories can start from warm
@@ -92,16 +92,39 @@ pub(super) async fn prepare_slot(
     })
 }
 
-/// Lends the warm entry `warm` (from [`prepare_slot`], started) the
-/// existing directory `path`. What cannot be used is discarded in the
-/// background.
-pub(super) async fn lend(
+/// Opens and checks the existing directory `path` exactly as a cold start
+/// does (allowed roots, privacy, outside links, no service state), before
+/// any warm container is spent on it.
+pub(super) async fn check(
     config: &Arc<Config>,
     locks: &Arc<PathLocks>,
     volumes: &Arc<Volumes>,
-    warm: Prepared,
     path: String,
-) -> Lent {
+) -> Result<Checked, Error> {
+    let (cfg, locks, volumes) = (Arc::clone(config), Arc::clone(locks), Arc::clone(volumes));
+    tokio::task::spawn_blocking(move || {
+        let workspace = open_lent(&cfg, locks, &path)?;
+        let lendable = volumes.check_lendable(workspace.root_fd(), workspace.host_path())?;
+        let user = command_user(workspace.owner(), cfg.sandbox.default_user);
+        Ok(Checked {
+            workspace,
+            lendable,
+            user,
+        })
+    })
+    .await
+    .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))?
+}
+
+/// Lends the warm entry `warm` (from [`prepare_slot`], started) the
+/// directory `checked`: pinned on its slot, and confirmed by its
+/// supervisor. `None` (logged) when the entry could not take it; it is
+/// discarded in the background, and a cold start may still.
+pub(super) async fn lend(
+    volumes: &Arc<Volumes>,
+    warm: Prepared,
+    checked: Checked,
+) -> Option<Prepared> {
     let Prepared {
         id,
         volume: slot,
@@ -109,71 +132,61 @@ pub(super) async fn lend(
         reserved,
         ..
     } = warm;
-    let (cfg, locks, ws_volumes) = (Arc::clone(config), Arc::clone(locks), Arc::clone(volumes));
-    let opened = tokio::task::spawn_blocking(move || {
-        let ws = match open_lent(&cfg, locks, &path) {
-            Ok(ws) => ws,
-            Err(e) => return (slot, Err(Lent::Refused(e))),
-        };
-        let user = command_user(ws.owner(), cfg.sandbox.default_user);
-        match ws_volumes.lend(&slot, ws.root_fd(), ws.host_path(), user, None) {
-            Ok(pin) => (slot, Ok((ws, pin, user))),
-            // Pinning itself failed (the slot is gone with it): the
-            // directory may still be lent to a container started cold.
-            Err(e @ crate::volume::Error::Pin(_)) => {
-                tracing::warn!(error = %e, "a warm container's slot could not take a lent directory; starting one cold");
-                (slot, Err(Lent::Unusable))
-            }
-            Err(e) => (slot, Err(Lent::Refused(e.into()))),
-        }
+    let Checked {
+        workspace,
+        lendable,
+        user: (uid, gid),
+    } = checked;
+    let volumes = Arc::clone(volumes);
+    let pinned = tokio::task::spawn_blocking(move || {
+        let pinned = volumes.lend(
+            &slot,
+            &lendable,
+            workspace.root_fd(),
+            workspace.host_path(),
+            (uid, gid),
+        );
+        (workspace, slot, pinned)
     })
     .await;
-    let (slot, opened) = match opened {
+    let (workspace, slot, pinned) = match pinned {
         Ok(done) => done,
         Err(e) => {
-            // The task panicked: whatever it made is swept with the entry's
-            // id at the next start.
-            tracing::warn!(error = %e, "lending a directory to a warm container failed");
-            return Lent::Unusable;
+            // The task panicked with the slot: the container goes now, the
+            // slot with the sweep at the next start.
+            tracing::warn!(session = %id, error = %e, "lending a directory to a warm container failed");
+            tokio::spawn(async move {
+                let _ = sandbox.close().await;
+            });
+            return None;
         }
     };
-    let (workspace, pin, (uid, gid)) = match opened {
-        Ok(opened) => {
-            crate::profile::mark("host: directory checked and pinned on the slot");
-            opened
+    let (volume, why) = match pinned {
+        Ok(pin) => {
+            crate::profile::mark("host: directory pinned on the slot");
+            match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
+                Ok(()) => {
+                    crate::profile::mark("host: the supervisor confirmed the lent directory");
+                    return Some(Prepared {
+                        id,
+                        workspace: Some(workspace),
+                        volume: pin,
+                        sandbox,
+                        reserved,
+                    });
+                }
+                Err(e) => (pin, e.to_string()),
+            }
         }
-        Err(lent) => {
-            tokio::spawn(super::prepare::discard(Prepared {
-                id,
-                workspace: None,
-                volume: slot,
-                sandbox,
-                reserved,
-            }));
-            return lent;
-        }
+        Err(e) => (slot, e.to_string()),
     };
-    match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
-        Ok(()) => {
-            crate::profile::mark("host: the supervisor confirmed the lent directory");
-            Lent::Ready(Box::new(Prepared {
-                id,
-                workspace: Some(workspace),
-                volume: pin,
-                sandbox,
-                reserved,
-            }))
-        }
-        Err(e) => {
-            tracing::warn!(session = %id, error = %e, "a warm container could not take a lent directory; starting one cold");
-            tokio::spawn(super::prepare::discard(Prepared {
-                id,
-                workspace: None,
-                volume: pin,
-                sandbox,
-                reserved,
-            }));
-            Lent::Unusable
-        }
-    }
+    tracing::warn!(session = %id, error = %why, "a warm container could not take a lent directory; starting one cold");
+    tokio::spawn(super::prepare::discard(Prepared {
+        id,
+        workspace: None,
+        volume,
+        sandbox,
+        reserved,
+    }));
+    None
 }

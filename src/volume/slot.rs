@@ -22,6 +22,11 @@ use rustix::mount::{MountPropagationFlags, MoveMountFlags, OpenTreeFlags};
 
 use super::{Error, Kind, Volume, Volumes, attrs, check_id};
 
+/// A directory checked to be one that may be lent (see
+/// [`Volumes::check_lendable`]).
+#[derive(Debug)]
+pub struct Lendable(rustix::fs::Stat);
+
 impl Volumes {
     /// Whether directories can be lent to running containers here: the
     /// service mounts, and the kernel sets a mount's attributes before
@@ -85,24 +90,30 @@ impl Volumes {
         }
     }
 
-    /// Lends the directory whose fd the file tools hold to the container
-    /// that binds `slot`: checked as [`Volumes::pin`] checks it, then
-    /// pinned on top of the slot, which the kernel propagates into that
-    /// container. The volume returned is the session's pin (the slot is
-    /// removed with it). When the pin cannot be made the slot is removed
-    /// too, and its container must be discarded. Blocking.
+    /// Checks the directory whose fd the file tools hold as
+    /// [`Volumes::pin`] checks it, before any warm container is spent on
+    /// it. Blocking (the hard-link check walks the tree).
+    pub fn check_lendable(&self, root: &OwnedFd, host: &Path) -> Result<Lendable, Error> {
+        self.lendable(root, host).map(Lendable)
+    }
+
+    /// Lends the directory `lendable` was checked for (`root`, at `host`)
+    /// to the container that binds `slot`: pinned on top of the slot, which
+    /// the kernel propagates into that container. The volume returned is
+    /// the session's pin (the slot is removed with it). When the pin
+    /// cannot be made the slot is removed too, and its container must be
+    /// discarded. Blocking.
     pub fn lend(
         &self,
         slot: &Volume,
+        lendable: &Lendable,
         root: &OwnedFd,
         host: &Path,
         root_user: (u32, u32),
-        no_idmap: Option<&str>,
     ) -> Result<Volume, Error> {
-        let st = self.lendable(root, host)?;
         // Still the slot this container binds, and nothing on it yet.
         slot.check_identity().map_err(Error::Pin)?;
-        self.attach(&slot.id, root, host, &st, root_user, no_idmap, true)
+        self.attach(&slot.id, root, host, &lendable.0, root_user, None, true)
     }
 }
 
@@ -114,6 +125,12 @@ mod tests {
     use rustix::fs::OFlags;
     use std::os::unix::fs::PermissionsExt;
     use std::path::PathBuf;
+
+    /// Checks `lent` and lends it on `slot`, its commands as uid 1000.
+    fn lend(volumes: &Volumes, slot: &Volume, fd: &OwnedFd, lent: &Path) -> Result<Volume, Error> {
+        let checked = volumes.check_lendable(fd, lent)?;
+        volumes.lend(slot, &checked, fd, lent, (1000, 1000))
+    }
 
     /// Every line of this process's mountinfo for a mount at `path`.
     fn mounts_at(path: &Path) -> Vec<String> {
@@ -188,7 +205,7 @@ mod tests {
         mount(&["--make-rslave", to]);
         assert!(std::fs::read_dir(&view.0).unwrap().next().is_none());
 
-        let pin = volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        let pin = lend(&volumes, &slot, &fd, &lent).unwrap();
         assert_eq!(pin.path(), slot.path());
         assert_eq!(mounts_at(slot.path()).len(), 2);
         assert_eq!(std::fs::read(view.0.join("f")).unwrap(), b"x\n");
@@ -212,7 +229,7 @@ mod tests {
         assert_eq!(std::fs::read(lent.join("f")).unwrap(), b"x\n");
 
         let slot = volumes.slot("again").unwrap();
-        volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        lend(&volumes, &slot, &fd, &lent).unwrap();
         let pin = volumes
             .repin("again", &fd, &lent, (1000, 1000), None)
             .unwrap();
@@ -250,15 +267,28 @@ mod tests {
         let slot = volumes.slot("warm").unwrap();
         let view = View(base.path().join("view"));
         std::fs::create_dir(&view.0).unwrap();
-        mount(&["--bind", slot.path().to_str().unwrap(), view.0.to_str().unwrap()]);
+        mount(&[
+            "--bind",
+            slot.path().to_str().unwrap(),
+            view.0.to_str().unwrap(),
+        ]);
         mount(&["--make-rslave", view.0.to_str().unwrap()]);
-        let warm = volumes.lend(&slot, &fd, &lent, (1000, 1000), None).unwrap();
+        let warm = lend(&volumes, &slot, &fd, &lent).unwrap();
         // Peer groups, by the mountinfo's optional fields.
         let groups = |line: &str| -> Vec<String> {
-            line.split(" - ").next().unwrap().split(' ').skip(6).map(str::to_string).collect()
+            line.split(" - ")
+                .next()
+                .unwrap()
+                .split(' ')
+                .skip(6)
+                .map(str::to_string)
+                .collect()
         };
         let source = groups(&mounts_at(&shared.0)[0]);
-        assert!(source.iter().any(|g| g.starts_with("shared:")), "{source:?}");
+        assert!(
+            source.iter().any(|g| g.starts_with("shared:")),
+            "{source:?}"
+        );
         for pin in [&cold, &warm] {
             let at = mounts_at(pin.path());
             let theirs = groups(at.last().unwrap());
@@ -272,7 +302,11 @@ mod tests {
         std::fs::create_dir(&secret).unwrap();
         std::fs::write(secret.join("s"), "the host's\n").unwrap();
         let host_mount = View(lent.join("sub"));
-        mount(&["--bind", secret.to_str().unwrap(), host_mount.0.to_str().unwrap()]);
+        mount(&[
+            "--bind",
+            secret.to_str().unwrap(),
+            host_mount.0.to_str().unwrap(),
+        ]);
         for seen in [cold.path(), warm.path(), view.0.as_path()] {
             assert!(
                 !seen.join("sub/s").exists(),
@@ -316,7 +350,7 @@ mod tests {
             other.to_str().unwrap(),
             slot.path().to_str().unwrap(),
         ]);
-        let refused = volumes.lend(&slot, &fd, &lent, (1000, 1000), None);
+        let refused = lend(&volumes, &slot, &fd, &lent);
         assert!(matches!(refused, Err(Error::Pin(_))), "{refused:?}");
         assert_eq!(mounts_at(slot.path()).len(), 2, "nothing added");
         slot.remove().unwrap();

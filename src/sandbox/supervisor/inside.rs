@@ -90,7 +90,8 @@ fn check_workspace(want: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// "uid:gid" as numbers.
+/// "uid:gid" as numbers; never root's: commands never run as root,
+/// whatever the service asks.
 fn parse_user(user: &str) -> std::io::Result<(u32, u32)> {
     let bad = || {
         std::io::Error::new(
@@ -99,10 +100,14 @@ fn parse_user(user: &str) -> std::io::Result<(u32, u32)> {
         )
     };
     let (uid, gid) = user.split_once(':').ok_or_else(bad)?;
-    Ok((
+    let (uid, gid) = (
         uid.parse().map_err(|_| bad())?,
         gid.parse().map_err(|_| bad())?,
-    ))
+    );
+    if uid == 0 || gid == 0 {
+        return Err(bad());
+    }
+    Ok((uid, gid))
 }
 
 /// The first line of stdin, read a byte at a time so nothing after it is
@@ -480,5 +485,59 @@ async fn read_some<R: AsyncRead + Unpin>(reader: &mut Option<Reader<R>>) -> Opti
     match r.pipe.read(&mut r.buf).await {
         Ok(0) | Err(_) => None,
         Ok(n) => Some(r.buf[..n].to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// Sends one `Lend` to a supervisor serving frames over a pipe, and
+    /// returns its answer.
+    async fn lend(identity: &str, user: &str) -> String {
+        let (mut service, supervisor) = tokio::io::duplex(64 * 1024);
+        let (read, write) = tokio::io::split(supervisor);
+        let served = tokio::spawn(serve_frames(read, write, "s".into(), Some((1000, 1000))));
+        let request = frames::Request {
+            kind: Some(request::Kind::Lend(frames::Lend {
+                id: 7,
+                identity: identity.into(),
+                user: user.into(),
+            })),
+        };
+        service.write_all(&frames::encode(&request)).await.unwrap();
+        let mut decoder = Decoder::default();
+        let mut buf = vec![0u8; 4096];
+        let answer = loop {
+            if let Some(ev) = decoder.next_frame::<frames::Event>().unwrap() {
+                match ev.kind {
+                    Some(event::Kind::Lent(why)) => {
+                        assert_eq!(ev.id, 7);
+                        break why;
+                    }
+                    Some(event::Kind::Ready(_)) => continue,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            let n = service.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the supervisor hung up");
+            decoder.push(&buf[..n]);
+        };
+        drop(service);
+        let _ = served.await;
+        answer
+    }
+
+    /// A lend is refused, with why, when `/workspace` is not the
+    /// directory named, and when it asks for root as the commands' user.
+    #[tokio::test]
+    async fn a_lend_is_refused_for_another_directory_or_for_root() {
+        let why = lend("1:1", "1000:1000").await;
+        assert!(!why.is_empty(), "a workspace that is not the one named");
+        for user in ["0:0", "0:1000", "1000:0", "root", ""] {
+            assert!(parse_user(user).is_err(), "{user}");
+        }
+        assert_eq!(parse_user("1000:1001").unwrap(), (1000, 1001));
     }
 }

@@ -15,7 +15,7 @@ use crate::sandbox::{self, image, labels};
 use crate::session::config::Config;
 use crate::session::error::Error;
 use crate::session::failure;
-use crate::session::lend::{Lent, lend, lent_limits};
+use crate::session::lend::{check, lend, lent_limits};
 use crate::session::messages::{Info, NewSession, check_env};
 use crate::session::prepare::{Prepared, discard, prepare};
 use crate::session::records::Record;
@@ -129,7 +129,18 @@ impl Registry {
             ),
             (None, _) => (None, 0),
         };
-        let warm = pool.and_then(|p| p.take());
+        // A directory that may not be lent is refused before any warm
+        // container is spent on it.
+        let checked = match (&req.workspace_path, pool) {
+            (Some(path), Some(pool)) if pool.ready() > 0 => {
+                Some(check(&self.config, &self.locks, &self.volumes, path.clone()).await?)
+            }
+            _ => None,
+        };
+        let warm = match (&req.workspace_path, &checked) {
+            (Some(_), None) => None,
+            _ => pool.and_then(|p| p.take()),
+        };
         let refill = pool.map(|p| (Arc::clone(p), image.clone(), want));
         // A warm entry made before its environment was built again.
         let warm = match warm {
@@ -140,19 +151,8 @@ impl Registry {
             w => w,
         };
         let took = warm.is_some();
-        let warm = match (warm, &req.workspace_path) {
-            (Some(warm), Some(path)) => {
-                match lend(&self.config, &self.locks, &self.volumes, warm, path.clone()).await {
-                    Lent::Ready(lent) => Some(*lent),
-                    Lent::Refused(e) => {
-                        if let Some((pool, image, want)) = refill {
-                            self.refill_after(&pool, &image, want, REFILL_PAUSE);
-                        }
-                        return Err(e.into());
-                    }
-                    Lent::Unusable => None,
-                }
-            }
+        let warm = match (warm, checked) {
+            (Some(warm), Some(checked)) => lend(&self.volumes, warm, checked).await,
             (warm, _) => warm,
         };
         let pooled = warm.is_some();
