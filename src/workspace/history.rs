@@ -332,11 +332,14 @@ impl History {
         }
         let turn = self.scan_turn().await.ok();
         let (ws, limits, begun) = (self.workspace.clone(), self.limits, Arc::clone(&self.begun));
+        crate::profile::mark("history: scan turn taken");
         let taken = tokio::task::spawn_blocking(move || {
+            crate::profile::mark("history: blocking task ran");
             let _turn = turn;
             let st = &mut *state;
             let never = AtomicBool::new(false);
             let picture = scan_until(ws.root_fd(), None, limits.scan, Some(&mut st.store), &never);
+            crate::profile::mark("history: scanned");
             st.baseline = match picture {
                 Ok(m) => {
                     st.store.retain(&m);
@@ -358,6 +361,7 @@ impl History {
                 _ => None,
             };
             persist(st, picture.as_ref().map(|(n, m)| (*n, &**m)));
+            crate::profile::mark("history: persisted");
         })
         .await;
         if let Err(e) = taken {
