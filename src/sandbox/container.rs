@@ -149,8 +149,11 @@ impl Sandbox {
             }
         };
         link.lend(identity, &user).await?;
+        // A container started later over the pin (after a hard kill) is
+        // started as a cold one would be: private, no slot.
         self.spec.user = user;
         self.spec.workspace_identity = Some(identity);
+        self.spec.workspace_slot = false;
         Ok(())
     }
 

@@ -163,6 +163,17 @@ async fn a_session_over_an_existing_directory_is_a_warm_container_lent_it() {
         assert!(options.split(',').any(|o| o == want), "{want}: {options}");
     }
 
+    // A container killed from outside is replaced over the same
+    // directory, its commands as the same user.
+    let killed = std::process::Command::new("docker")
+        .args(["kill", b.container_id.as_str()])
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{killed:?}");
+    let ran = run(&srv.client, &b.session_id, "id -u; cat notes.txt", 60_000).await;
+    assert_eq!(ran.exit.exit_code, 0, "{}{}", ran.stdout(), ran.stderr());
+    assert_eq!(ran.stdout(), "4321\nthe user's\nmore\n");
+
     // The file tools see what the commands made.
     let read = srv
         .client

@@ -35,6 +35,7 @@ impl Served {
                 service,
             ])
             .args(["--pool-size", &pool.to_string(), "--no-token"])
+            .args(["--lent-pool-size", "0"])
             .arg("--state-dir")
             .arg(workspaces.join("state"))
             .args(extra)

@@ -66,7 +66,7 @@ impl Served {
         let mut cmd = Command::new(common::SANDBOXD);
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--web-listen", "127.0.0.1:0"])
-            .args(["--pool-size", "0"]);
+            .args(["--pool-size", "0", "--lent-pool-size", "0"]);
         if token {
             cmd.arg("--token-file")
                 .arg(&token_file)
