@@ -6,8 +6,10 @@
 //! The baseline is taken just before the first change of the session (an
 //! edit, a created file, a command, a restore): whatever the workspace held
 //! until then, an uploaded repository included, is where the session
-//! began, so its changes are the work done on it. Taking it never fails a
-//! call: if it cannot be kept (a tree past the bounds or the budget), the
+//! began, so its changes are the work done on it. A fresh workspace's is
+//! taken when the session opens and adopted by the first change while the
+//! workspace is still empty (`early`), off the first command's path.
+//! Taking it never fails a call: if it cannot be kept (a tree past the bounds or the budget), the
 //! changes since the start say why, and checkpoints still work.
 //!
 //! One lock orders everything of one history; the file work runs on the
@@ -25,12 +27,14 @@
 //! The history is kept beside the store's packs, so that a service that
 //! restarts finds it again ([`History::reopen`], in [`persist`]).
 
+mod baseline;
+mod early;
 mod persist;
 
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Mutex, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
@@ -41,7 +45,7 @@ use super::tree::store::Store;
 use super::tree::{Manifest, ScanError, ScanLimits, scan_until, show};
 use super::{Cancel, Workspace};
 use crate::policy::Policy;
-use persist::{BASELINE, persist, picture_name};
+use persist::{persist, picture_name};
 
 /// Bounds of a history.
 #[derive(Debug, Clone, Copy)]
@@ -208,6 +212,8 @@ struct State {
     deleted: HashSet<String>,
     /// The last picture taken: the cache of the next scan.
     cache: Option<Arc<Manifest>>,
+    /// The baseline was taken early (see `early`), as written to the disk.
+    early: bool,
 }
 
 /// One workspace's history. Cheap to clone.
@@ -221,6 +227,9 @@ pub struct History {
     writers: Arc<RwLock<()>>,
     /// The baseline was taken (or could not be): the fast path of `begin`.
     begun: Arc<AtomicBool>,
+    /// An early baseline stands, not yet adopted by a first change (see
+    /// `early`).
+    early: Arc<AtomicBool>,
     /// A copy of the checkpoints' listing, updated under `state`'s lock
     /// whenever they change, read without it.
     listing: Arc<std::sync::Mutex<Listing>>,
@@ -269,27 +278,18 @@ impl History {
                 checkpoints: Vec::new(),
                 deleted: HashSet::new(),
                 cache: None,
+                early: false,
             })),
             writers: Arc::new(RwLock::new(())),
             begun: Arc::new(AtomicBool::new(false)),
+            early: Arc::new(AtomicBool::new(false)),
             listing: Arc::default(),
         }
     }
 
-    /// Marks the session's starting point as lost (`why`): changes since
-    /// the start are then refused with that reason rather than told from a
-    /// later point as if it were the start. Checkpoints taken from now on
-    /// work as ever.
-    pub async fn lose_baseline(&self, why: String) {
-        let mut state = self.state.lock().await;
-        state.baseline = Baseline::Failed(why);
-        state.baseline_memory = 0;
-        self.begun.store(true, Ordering::Release);
-    }
-
     /// A scan's turn: scans hold up to [`ScanLimits::max_depth`] directory
     /// fds, so they share the service's walk slots.
-    async fn scan_turn(
+    pub(super) async fn scan_turn(
         &self,
     ) -> Result<
         (
@@ -314,59 +314,6 @@ impl History {
         tokio::time::timeout(wait, Arc::clone(&self.writers).write_owned())
             .await
             .map_err(|_| Error::Busy)
-    }
-
-    /// Takes the baseline if this is the session's first change. Never
-    /// fails: a baseline that cannot be kept is recorded as such.
-    /// Bounded like every scan (a command waits for it at most
-    /// [`ScanLimits::max_time`]; a file past the per-file bound is never
-    /// read), and never cancelled with its caller: a command given up on
-    /// must not cost the session its starting point.
-    pub async fn begin(&self) {
-        if self.begun.load(Ordering::Acquire) {
-            return;
-        }
-        let mut state = Arc::clone(&self.state).lock_owned().await;
-        if !matches!(state.baseline, Baseline::NotYet) {
-            return;
-        }
-        let turn = self.scan_turn().await.ok();
-        let (ws, limits, begun) = (self.workspace.clone(), self.limits, Arc::clone(&self.begun));
-        crate::profile::mark("history: scan turn taken");
-        let taken = tokio::task::spawn_blocking(move || {
-            crate::profile::mark("history: blocking task ran");
-            let _turn = turn;
-            let st = &mut *state;
-            let never = AtomicBool::new(false);
-            let picture = scan_until(ws.root_fd(), None, limits.scan, Some(&mut st.store), &never);
-            crate::profile::mark("history: scanned");
-            st.baseline = match picture {
-                Ok(m) => {
-                    st.store.retain(&m);
-                    st.store.seal();
-                    st.baseline_memory = m.memory();
-                    let m = Arc::new(m);
-                    st.cache = Some(Arc::clone(&m));
-                    Baseline::Taken(m)
-                }
-                Err(e) => {
-                    st.store.collect();
-                    tracing::warn!(error = %e, "the session's starting point cannot be kept");
-                    Baseline::Failed(e.to_string())
-                }
-            };
-            begun.store(true, Ordering::Release);
-            let picture = match &st.baseline {
-                Baseline::Taken(m) => Some((BASELINE, Arc::clone(m))),
-                _ => None,
-            };
-            persist(st, picture.as_ref().map(|(n, m)| (*n, &**m)));
-            crate::profile::mark("history: persisted");
-        })
-        .await;
-        if let Err(e) = taken {
-            tracing::warn!(error = %e, "taking the session's starting point failed");
-        }
     }
 
     /// Takes a checkpoint of the workspace now.
@@ -581,9 +528,14 @@ impl History {
     pub async fn changes(&self, since: &str, bounds: Bounds) -> Result<ChangesOutput, Error> {
         let started = Instant::now();
         let mut state = Arc::clone(&self.state).lock_owned().await;
+        // An early baseline no change adopted yet: the session has not
+        // begun, so nothing changed since it did.
+        let not_begun = self.early.load(std::sync::atomic::Ordering::Acquire);
         let base = if since.is_empty() {
             match &state.baseline {
-                Baseline::NotYet => {
+                Baseline::Taken(m) if !not_begun => Arc::clone(m),
+                Baseline::Failed(why) => return Err(Error::NoBaseline(why.clone())),
+                Baseline::NotYet | Baseline::Taken(_) => {
                     return Ok(ChangesOutput {
                         since: String::new(),
                         changes: Changes::default(),
@@ -591,8 +543,6 @@ impl History {
                         duration: started.elapsed(),
                     });
                 }
-                Baseline::Taken(m) => Arc::clone(m),
-                Baseline::Failed(why) => return Err(Error::NoBaseline(why.clone())),
             }
         } else {
             Arc::clone(&Self::find(&state, since)?.manifest)

@@ -225,6 +225,12 @@ impl Registry {
             let history = history_of(&workspace, &id, &self.volumes, &sandbox, &self.config)
                 .await
                 .map_err(Error::CreateWorkspace)?;
+            // A fresh workspace starts empty: its starting point is taken
+            // now, off the first command's path, and stands while it stays
+            // empty (see `history::early`).
+            if volume.owns_workspace() {
+                history.take_early().await;
+            }
             Ok::<_, Error>((journal, record, history))
         };
         // A warm container's first spawn was long ago: what a spawn looks

@@ -82,7 +82,12 @@ impl History {
             }
         }
         store.collect();
-        let begun = !matches!(baseline, Baseline::NotYet);
+        // An early baseline no change adopted yet is still early.
+        let adopted = || {
+            rustix::fs::statat(store.dir(), BEGUN, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        };
+        let early = kept.early && matches!(baseline, Baseline::Taken(_)) && !adopted();
+        let begun = !matches!(baseline, Baseline::NotYet) && !early;
         let state = State {
             store,
             baseline,
@@ -91,6 +96,7 @@ impl History {
             deleted: kept.deleted.into_iter().collect(),
             // Nothing read back is trusted as a scan's cache.
             cache: None,
+            early: kept.early,
         };
         let listing = Arc::new(std::sync::Mutex::new(Listing::default()));
         super::publish(&listing, &state);
@@ -100,6 +106,7 @@ impl History {
             state: Arc::new(Mutex::new(state)),
             writers: Arc::new(RwLock::new(())),
             begun: Arc::new(std::sync::atomic::AtomicBool::new(begun)),
+            early: Arc::new(std::sync::atomic::AtomicBool::new(early)),
             listing,
         })
     }
@@ -109,6 +116,8 @@ impl History {
 pub(super) const INDEX: &str = "history.json";
 /// The picture of the baseline.
 pub(super) const BASELINE: &str = "baseline.json";
+/// Made when the first change adopts an early baseline (see `early`).
+pub(super) const BEGUN: &str = "begun";
 
 pub(super) fn picture_name(id: &str) -> String {
     format!("checkpoint-{id}.json")
@@ -123,6 +132,10 @@ struct Kept {
     checkpoints: Vec<KeptCheckpoint>,
     deleted: Vec<String>,
     store: super::super::tree::store::Index,
+    /// The baseline was taken early (see `early`): it is the session's
+    /// starting point once [`BEGUN`] exists beside it.
+    #[serde(default)]
+    early: bool,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -164,6 +177,7 @@ pub(super) fn persist(st: &State, picture: Option<(&str, &Manifest)>) {
                 .collect(),
             deleted: st.deleted.iter().cloned().collect(),
             store: st.store.index(),
+            early: st.early,
         };
         write_whole(dir, INDEX, &serde_json::to_vec(&kept)?)
     })();
