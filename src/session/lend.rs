@@ -19,6 +19,18 @@ use crate::volume::Volumes;
 use crate::workspace::Workspace;
 use crate::workspace::lock::PathLocks;
 
+/// Why a warm entry did not take a directory (it is discarded either way;
+/// a cold start may still).
+pub(super) enum NotLent {
+    /// Pinning or confirming failed this once (logged).
+    Failed,
+    /// The container's supervisor saw another directory than the one
+    /// pinned: mounts made on the host do not reach the engine's containers
+    /// here (the engine in a mount namespace of its own), so no warm entry
+    /// will ever take one.
+    NotSeen,
+}
+
 /// A directory checked to be one that may be lent, opened for the file
 /// tools, and who its commands run as.
 pub(super) struct Checked {
@@ -118,13 +130,12 @@ pub(super) async fn check(
 
 /// Lends the warm entry `warm` (from [`prepare_slot`], started) the
 /// directory `checked`: pinned on its slot, and confirmed by its
-/// supervisor. `None` (logged) when the entry could not take it; it is
-/// discarded in the background, and a cold start may still.
+/// supervisor. What cannot take it is discarded in the background.
 pub(super) async fn lend(
     volumes: &Arc<Volumes>,
     warm: Prepared,
     checked: Checked,
-) -> Option<Prepared> {
+) -> Result<Prepared, NotLent> {
     let Prepared {
         id,
         volume: slot,
@@ -157,17 +168,20 @@ pub(super) async fn lend(
             tracing::warn!(session = %id, error = %e, "lending a directory to a warm container failed");
             tokio::spawn(async move {
                 let _ = sandbox.close().await;
+                if let Some((keep, _)) = reserved {
+                    let _ = tokio::task::spawn_blocking(move || keep.release(&id)).await;
+                }
             });
-            return None;
+            return Err(NotLent::Failed);
         }
     };
-    let (volume, why) = match pinned {
+    let (volume, why, not_lent) = match pinned {
         Ok(pin) => {
             crate::profile::mark("host: directory pinned on the slot");
             match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
                 Ok(()) => {
                     crate::profile::mark("host: the supervisor confirmed the lent directory");
-                    return Some(Prepared {
+                    return Ok(Prepared {
                         id,
                         workspace: Some(workspace),
                         volume: pin,
@@ -175,10 +189,11 @@ pub(super) async fn lend(
                         reserved,
                     });
                 }
-                Err(e) => (pin, e.to_string()),
+                Err(e @ sandbox::Error::WorkspaceGone(_)) => (pin, e.to_string(), NotLent::NotSeen),
+                Err(e) => (pin, e.to_string(), NotLent::Failed),
             }
         }
-        Err(e) => (slot, e.to_string()),
+        Err(e) => (slot, e.to_string(), NotLent::Failed),
     };
     tracing::warn!(session = %id, error = %why, "a warm container could not take a lent directory; starting one cold");
     tokio::spawn(super::prepare::discard(Prepared {
@@ -188,5 +203,5 @@ pub(super) async fn lend(
         sandbox,
         reserved,
     }));
-    None
+    Err(not_lent)
 }

@@ -75,6 +75,11 @@ impl Pool {
             .collect()
     }
 
+    /// Whether filling is stopped.
+    pub(super) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
     /// Stops or resumes filling (fills in flight go on: see
     /// [`Pool::settled`]).
     pub(super) fn pause(&self, paused: bool) {

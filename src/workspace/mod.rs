@@ -580,6 +580,16 @@ impl Workspace {
             .map_err(closed)?;
         Ok((mine, service))
     }
+
+    /// [`Workspace::walk_turn`] if one is free now, never waiting: for
+    /// work that may as well be left for later.
+    pub fn try_walk_turn(&self) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let mine = Arc::clone(&self.inner.walks).try_acquire_owned().ok()?;
+        let service = Arc::clone(&self.inner.limits.walk_slots.0)
+            .try_acquire_owned()
+            .ok()?;
+        Some((mine, service))
+    }
 }
 
 /// Tells a walk or a scan on the blocking pool that its caller went away:

@@ -274,3 +274,45 @@ async fn a_directory_that_may_not_be_lent_is_refused_before_a_warm_container_is_
     assert_eq!(ran.stdout(), "a\n");
     srv.stop().await;
 }
+
+/// Where the service's mounts do not reach the engine's containers (here:
+/// the warm container's slot made private on the host, as when the engine
+/// runs in a mount namespace of its own), the container's supervisor sees
+/// no directory where one was pinned: the session starts cold, over the
+/// right directory, and the service stops keeping warm containers for
+/// existing directories rather than spending one on every session.
+#[tokio::test]
+async fn where_mounts_do_not_reach_containers_sessions_start_cold_and_the_pool_stops() {
+    let srv = server(1).await;
+    let warm = container_sessions(&srv);
+    assert_eq!(warm.len(), 1, "{warm:?}");
+    let slot = srv.state_dir().join("pins").join(&warm[0]);
+    let private = std::process::Command::new("mount")
+        .arg("--make-private")
+        .arg(&slot)
+        .output()
+        .unwrap();
+    assert!(private.status.success(), "{private:?}");
+    let repo = srv.allowed_root.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::write(repo.join("f"), "the directory's\n").unwrap();
+
+    let s = lend(&srv, &repo).await.unwrap();
+    assert_ne!(s.session_id, warm[0], "not the warm container");
+    let ran = run(&srv.client, &s.session_id, "cat f", 30_000).await;
+    assert_eq!(ran.stdout(), "the directory's\n");
+    let until = Instant::now() + Duration::from_secs(30);
+    while container_sessions(&srv).contains(&warm[0]) {
+        assert!(Instant::now() < until, "the unusable warm container stayed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(srv.registry.lent_pool_ready(), 0);
+    assert_eq!(
+        srv.registry.lent_pool_size(),
+        0,
+        "no more warm containers are made"
+    );
+    assert_eq!(container_sessions(&srv), vec![s.session_id.clone()]);
+    srv.stop().await;
+}

@@ -15,7 +15,7 @@ use crate::sandbox::{self, image, labels};
 use crate::session::config::Config;
 use crate::session::error::Error;
 use crate::session::failure;
-use crate::session::lend::{check, lend, lent_limits};
+use crate::session::lend::{NotLent, check, lend, lent_limits};
 use crate::session::messages::{Info, NewSession, check_env};
 use crate::session::prepare::{Prepared, discard, prepare};
 use crate::session::records::Record;
@@ -152,7 +152,14 @@ impl Registry {
         };
         let took = warm.is_some();
         let warm = match (warm, checked) {
-            (Some(warm), Some(checked)) => lend(&self.volumes, warm, checked).await,
+            (Some(warm), Some(checked)) => match lend(&self.volumes, warm, checked).await {
+                Ok(lent) => Some(lent),
+                Err(NotLent::Failed) => None,
+                Err(NotLent::NotSeen) => {
+                    self.stop_lending();
+                    None
+                }
+            },
             (warm, _) => warm,
         };
         let pooled = warm.is_some();

@@ -96,11 +96,28 @@ impl Registry {
     /// the operator asked, where directories can be lent to running
     /// containers at all (see [`crate::session::lend::lends_to_warm`]).
     pub fn lent_pool_size(&self) -> usize {
-        if lends_to_warm(&self.config, &self.volumes) {
+        if lends_to_warm(&self.config, &self.volumes) && !self.lent_pool.is_paused() {
             self.config.sandbox.lent_pool_size
         } else {
             0
         }
+    }
+
+    /// Stops keeping warm containers for existing directories, for good:
+    /// a container did not see the directory pinned for it, so mounts the
+    /// service makes do not reach the engine's containers on this host.
+    /// Sessions over existing directories start cold from now on.
+    pub(super) fn stop_lending(&self) {
+        self.lent_pool.pause(true);
+        let entries = self.lent_pool.clear();
+        tracing::warn!(
+            "mounts made by the service do not reach the engine's containers here (is the engine in a mount namespace of its own?): sessions over an existing directory start cold from now on"
+        );
+        tokio::spawn(async move {
+            for warm in entries {
+                discard(warm).await;
+            }
+        });
     }
 
     /// Warm containers for existing directories ready now (for tests and

@@ -45,8 +45,18 @@ impl History {
         if !matches!(state.baseline, Baseline::NotYet) {
             return;
         }
+        // An early one never waits for a walk slot (the session's opening
+        // would wait behind every walk of the service): when none is free
+        // it is left to the first change.
+        let turn = if early {
+            match self.workspace.try_walk_turn() {
+                Some(turn) => Some(turn),
+                None => return,
+            }
+        } else {
+            self.scan_turn().await.ok()
+        };
         crate::profile::mark("history: scan turn taken");
-        let turn = self.scan_turn().await.ok();
         let (ws, limits) = (self.workspace.clone(), self.limits);
         let (begun, early_flag) = (Arc::clone(&self.begun), Arc::clone(&self.early));
         let taken = tokio::task::spawn_blocking(move || {

@@ -40,17 +40,7 @@ impl History {
         // (through its path) since: an early baseline stands only for a
         // workspace still as empty as it was. One directory read, here.
         let unchanged = matches!(&state.baseline, Baseline::Taken(m) if m.entries.is_empty())
-            && rustix::fs::openat(
-                self.workspace.root_fd(),
-                ".",
-                rustix::fs::OFlags::RDONLY
-                    | rustix::fs::OFlags::DIRECTORY
-                    | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .ok()
-            .and_then(|dir| crate::workspace::walk::list(&dir, 1).ok())
-            .is_some_and(|(entries, more)| entries.is_empty() && !more);
+            && is_empty(self.workspace.root_fd());
         if !unchanged {
             state.baseline = Baseline::NotYet;
             state.baseline_memory = 0;
@@ -82,9 +72,33 @@ impl History {
     }
 }
 
+/// Whether the directory `root` (an `O_PATH` fd is enough) holds nothing:
+/// read until its first entry, whatever its name.
+fn is_empty(root: &std::os::fd::OwnedFd) -> bool {
+    let Ok(dir) = rustix::fs::openat(
+        root,
+        ".",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) else {
+        return false;
+    };
+    let Ok(entries) = rustix::fs::Dir::read_from(&dir) else {
+        return false;
+    };
+    for entry in entries {
+        match entry {
+            Ok(e) if matches!(e.file_name().to_bytes(), b"." | b"..") => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::fd::OwnedFd;
+    use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
     use std::time::Duration;
 
@@ -179,6 +193,17 @@ mod tests {
         assert_eq!(changed(&h).await, ["copied"]);
         std::fs::remove_dir_all(&store).unwrap();
         std::fs::remove_file(ws.join("copied")).unwrap();
+
+        // A name that is not UTF-8 counts like any other.
+        let odd = ws.join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+        let h = history(&ws, &store);
+        h.take_early().await;
+        std::fs::write(&odd, "latin-1\n").unwrap();
+        h.begin().await;
+        assert!(!store.join("begun").exists(), "taken again, not adopted");
+        assert!(changed(&h).await.is_empty());
+        std::fs::remove_dir_all(&store).unwrap();
+        std::fs::remove_file(&odd).unwrap();
 
         // A restart before any change: still early, so what is put there
         // after it is still where the session began.

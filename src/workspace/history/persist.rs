@@ -44,6 +44,18 @@ impl History {
         let baseline = match kept.baseline {
             None => Baseline::NotYet,
             Some(Err(why)) => Baseline::Failed(why),
+            // An early one no change adopted that cannot be read back is
+            // as good as none: the first change takes the baseline.
+            Some(Ok(())) if kept.early && !adopted(&store) => {
+                match read_picture(store.dir(), BASELINE) {
+                    Ok(m) if whole(&store, &m) => {
+                        store.retain(&m);
+                        baseline_memory = m.memory();
+                        Baseline::Taken(Arc::new(m))
+                    }
+                    _ => Baseline::NotYet,
+                }
+            }
             Some(Ok(())) => match read_picture(store.dir(), BASELINE) {
                 Ok(m) if whole(&store, &m) => {
                     store.retain(&m);
@@ -83,10 +95,7 @@ impl History {
         }
         store.collect();
         // An early baseline no change adopted yet is still early.
-        let adopted = || {
-            rustix::fs::statat(store.dir(), BEGUN, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
-        };
-        let early = kept.early && matches!(baseline, Baseline::Taken(_)) && !adopted();
+        let early = kept.early && matches!(baseline, Baseline::Taken(_)) && !adopted(&store);
         let begun = !matches!(baseline, Baseline::NotYet) && !early;
         let state = State {
             store,
@@ -110,6 +119,11 @@ impl History {
             listing,
         })
     }
+}
+
+/// Whether a change adopted the early baseline of `store`'s history.
+fn adopted(store: &Store) -> bool {
+    rustix::fs::statat(store.dir(), BEGUN, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok()
 }
 
 /// The history's index, beside the store's packs.

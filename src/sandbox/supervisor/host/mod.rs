@@ -384,6 +384,8 @@ impl Link {
     /// directory of `identity` (device and inode) and that commands run as
     /// `user` from now on; waits for it to check and agree. Until then its
     /// commands would run in the empty slot as the warm container's user.
+    /// [`Error::WorkspaceGone`] when the supervisor sees another directory
+    /// there.
     pub async fn lend(&self, identity: (u64, u64), user: &str) -> Result<(), Error> {
         if !self.is_alive() {
             return Err(Error::StartExec("the supervisor is gone".into()));
@@ -420,8 +422,8 @@ impl Link {
             Ok(Some(frames::Event {
                 kind: Some(event::Kind::Lent(why)),
                 ..
-            })) => Err(Error::StartExec(format!(
-                "the supervisor refused the lent directory: {why}"
+            })) => Err(Error::WorkspaceGone(format!(
+                "the container does not show the lent directory: {why}"
             ))),
             Ok(other) => Err(Error::StartExec(format!(
                 "the supervisor did not answer the lent directory: {other:?}"
