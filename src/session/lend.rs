@@ -6,14 +6,13 @@
 //! own supervisor to be what its `/workspace` now shows, before the
 //! session is handed out.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
 use super::config::Config;
 use super::error::Error;
-use super::prepare::{Prepared, command_user, new_id, open_lent};
-use crate::sandbox::{self, ContainerSpec, Runtime, Sandbox, labels};
+use super::prepare::{Prepared, command_user, container_spec, new_id, open_lent};
+use crate::sandbox::{self, ContainerSpec, Runtime, Sandbox};
 use crate::volume::Lendable;
 use crate::volume::Volumes;
 use crate::workspace::Workspace;
@@ -72,28 +71,17 @@ pub(super) async fn prepare_slot(
     let volume = tokio::task::spawn_blocking(move || slot_volumes.slot(&slot_id))
         .await
         .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
-    let cfg = &config.sandbox;
-    let (uid, gid) = cfg.default_user;
     let spec = ContainerSpec {
-        image,
-        workspace: volume.path().to_path_buf(),
-        workspace_identity: None,
-        workspace_bound: false,
         workspace_slot: true,
-        user: format!("{uid}:{gid}"),
-        env: cfg.default_env.clone(),
-        limits,
-        tmp_bytes: cfg.tmp_bytes,
-        labels: BTreeMap::from([
-            (labels::SESSION.to_string(), id.clone()),
-            (labels::INSTANCE.to_string(), cfg.instance.clone()),
-            (labels::SERVICE.to_string(), cfg.service.clone()),
-            (labels::STATE.to_string(), cfg.state_id.clone()),
-        ]),
-        runtime: cfg.runtime.clone(),
-        supervisor: cfg.supervisor.clone(),
-        idle: cfg.idle.clone(),
-        socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(&id)),
+        ..container_spec(
+            config,
+            volumes,
+            &id,
+            image,
+            volume.path(),
+            config.sandbox.default_user,
+            limits,
+        )
     };
     Ok(Prepared {
         id,

@@ -80,8 +80,8 @@ impl Pool {
         self.paused.load(Ordering::SeqCst)
     }
 
-    /// Stops or resumes filling (fills in flight go on: see
-    /// [`Pool::settled`]).
+    /// Stops or resumes filling (fills in flight go on, and discard what
+    /// they make while the pool is stopped: see [`Pool::settled`]).
     pub(super) fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::SeqCst);
     }
@@ -215,10 +215,14 @@ impl Pool {
                             tracing::debug!(error = %e, "cannot warm a container");
                         }
                         // Decided under the lock drain takes: an entry is
-                        // either drained at shutdown or discarded here.
+                        // either drained at shutdown (or cleared when the
+                        // pool is stopped) or discarded here.
                         let leftover = {
                             let mut ready = pool.ready.lock().unwrap_or_else(|e| e.into_inner());
-                            if started.is_ok() && !pool.closed.load(Ordering::SeqCst) {
+                            if started.is_ok()
+                                && !pool.closed.load(Ordering::SeqCst)
+                                && !pool.paused.load(Ordering::SeqCst)
+                            {
                                 ready.push_back(warm);
                                 None
                             } else {

@@ -114,25 +114,17 @@ pub(super) async fn reopen(
         },
     };
     let spec = ContainerSpec {
-        image,
-        workspace: volume.path().to_path_buf(),
         workspace_identity: Some(volume.identity()),
         workspace_bound: volume.bound_by_path(),
-        workspace_slot: false,
-        user: format!("{uid}:{gid}"),
-        env: cfg.default_env.clone(),
-        limits,
-        tmp_bytes: cfg.tmp_bytes,
-        labels: BTreeMap::from([
-            (labels::SESSION.to_string(), id.clone()),
-            (labels::INSTANCE.to_string(), cfg.instance.clone()),
-            (labels::SERVICE.to_string(), cfg.service.clone()),
-            (labels::STATE.to_string(), cfg.state_id.clone()),
-        ]),
-        runtime: cfg.runtime.clone(),
-        supervisor: cfg.supervisor.clone(),
-        idle: cfg.idle.clone(),
-        socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(&id)),
+        ..container_spec(
+            config,
+            volumes,
+            &id,
+            image,
+            volume.path(),
+            (uid, gid),
+            limits,
+        )
     };
     Ok(Prepared {
         id,
@@ -141,6 +133,43 @@ pub(super) async fn reopen(
         sandbox: Sandbox::new(Arc::clone(runtime), spec),
         reserved: None,
     })
+}
+
+/// The container spec of session `id` over the host directory
+/// `workspace`, its commands run as `user`: the service's own labels,
+/// environment and hardening; no identity checks (the caller adds those
+/// its workspace needs).
+pub(super) fn container_spec(
+    config: &Config,
+    volumes: &Volumes,
+    id: &str,
+    image: String,
+    workspace: &Path,
+    (uid, gid): (u32, u32),
+    limits: sandbox::Limits,
+) -> ContainerSpec {
+    let cfg = &config.sandbox;
+    ContainerSpec {
+        image,
+        workspace: workspace.to_path_buf(),
+        workspace_identity: None,
+        workspace_bound: false,
+        workspace_slot: false,
+        user: format!("{uid}:{gid}"),
+        env: cfg.default_env.clone(),
+        limits,
+        tmp_bytes: cfg.tmp_bytes,
+        labels: BTreeMap::from([
+            (labels::SESSION.to_string(), id.to_string()),
+            (labels::INSTANCE.to_string(), cfg.instance.clone()),
+            (labels::SERVICE.to_string(), cfg.service.clone()),
+            (labels::STATE.to_string(), cfg.state_id.clone()),
+        ]),
+        runtime: cfg.runtime.clone(),
+        supervisor: cfg.supervisor.clone(),
+        idle: cfg.idle.clone(),
+        socket_dir: cfg.socket_link.then(|| volumes.socket_root().join(id)),
+    }
 }
 
 /// Removes a warm entry that will not be used: its container and workspace.
