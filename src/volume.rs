@@ -67,6 +67,8 @@ mod slot;
 
 pub use slot::Lendable;
 mod sweep;
+#[cfg(test)]
+mod testing;
 
 /// Why a volume or the state directory could not be prepared.
 #[derive(Debug, thiserror::Error)]

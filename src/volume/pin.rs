@@ -252,20 +252,9 @@ fn private(path: &Path, owner: u32) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{Bound, as_root, mount, mount_options, volumes_in};
     use super::*;
-    use crate::state::StateDir;
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-
-    /// The options of the mount at `path`, from this process's mountinfo.
-    fn mount_options(path: &Path) -> String {
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        info.lines()
-            .find_map(|line| {
-                let fields: Vec<&str> = line.split(' ').collect();
-                (Path::new(fields[4]) == path).then(|| fields[5].to_string())
-            })
-            .unwrap_or_else(|| panic!("nothing is mounted at {}", path.display()))
-    }
+    use std::os::unix::fs::MetadataExt;
 
     /// Pins removed (unmounted) also when an assertion fails.
     struct Pins(Vec<Volume>);
@@ -284,14 +273,9 @@ mod tests {
     /// owner's directory is never id-mapped.
     #[test]
     fn a_root_owned_lent_directory_is_pinned_id_mapped_unless_it_must_not_be() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "pins need root: run the tests as root"
-        );
+        as_root();
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
+        let (_state, volumes) = volumes_in(base.path());
         let lent = base.path().join("repo");
         std::fs::create_dir(&lent).unwrap();
         std::fs::write(lent.join("f"), "x\n").unwrap();
@@ -334,40 +318,19 @@ mod tests {
         assert_eq!(std::fs::metadata(owned.path().join("f")).unwrap().uid(), 0);
     }
 
-    /// Unmounts a test's own bind mount, also when an assertion fails.
-    struct Bound(std::path::PathBuf);
-
-    impl Drop for Bound {
-        fn drop(&mut self) {
-            let _ = unmount(&self.0);
-        }
-    }
-
     /// A directory the host lends read-only and `noexec` keeps both through
     /// its pin, which adds `nosuid,nodev` on top: nothing is writable or
     /// runnable through the pin that is not so at the source.
     #[test]
     fn a_read_only_noexec_lent_directory_stays_so_through_its_pin() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "pins need root: run the tests as root"
-        );
+        as_root();
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
+        let (_state, volumes) = volumes_in(base.path());
         let source = base.path().join("source");
         std::fs::create_dir(&source).unwrap();
         std::fs::write(source.join("f"), "x\n").unwrap();
         let lent = base.path().join("repo");
         std::fs::create_dir(&lent).unwrap();
-        let mount = |args: &[&str]| {
-            let out = std::process::Command::new("mount")
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "mount {args:?}: {out:?}");
-        };
         mount(&["--bind", source.to_str().unwrap(), lent.to_str().unwrap()]);
         let _bound = Bound(lent.clone());
         mount(&["-o", "remount,bind,ro,noexec", lent.to_str().unwrap()]);

@@ -119,45 +119,14 @@ impl Volumes {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{Bound, as_root, mount, mounts_at, volumes_in};
     use super::*;
-    use crate::state::StateDir;
-    use crate::volume::unmount;
     use rustix::fs::OFlags;
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
 
     /// Checks `lent` and lends it on `slot`, its commands as uid 1000.
     fn lend(volumes: &Volumes, slot: &Volume, fd: &OwnedFd, lent: &Path) -> Result<Volume, Error> {
         let checked = volumes.check_lendable(fd, lent)?;
         volumes.lend(slot, &checked, fd, lent, (1000, 1000))
-    }
-
-    /// Every line of this process's mountinfo for a mount at `path`.
-    fn mounts_at(path: &Path) -> Vec<String> {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter(|line| Path::new(line.split(' ').nth(4).unwrap()) == path)
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn mount(args: &[&str]) {
-        let out = std::process::Command::new("mount")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mount {args:?}: {out:?}");
-    }
-
-    /// A bind of a slot made before its lend, with slave propagation, as
-    /// a warm container's `/workspace` is; unmounted also on a failure.
-    struct View(PathBuf);
-
-    impl Drop for View {
-        fn drop(&mut self) {
-            let _ = unmount(&self.0);
-        }
     }
 
     /// A slot is a shared `nosuid,nodev` mount of an empty directory; a
@@ -168,14 +137,9 @@ mod tests {
     /// slot unmounts both layers before it pins anew.
     #[test]
     fn a_directory_lent_on_a_slot_reaches_its_earlier_bind_and_goes_with_it() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "slots need root: run the tests as root"
-        );
+        as_root();
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
+        let (_state, volumes) = volumes_in(base.path());
         assert!(
             volumes.lends_to_running(),
             "this kernel lends to running containers"
@@ -198,7 +162,7 @@ mod tests {
             at[0].contains("nosuid") && at[0].contains("nodev"),
             "{at:?}"
         );
-        let view = View(base.path().join("view"));
+        let view = Bound(base.path().join("view"));
         std::fs::create_dir(&view.0).unwrap();
         let (from, to) = (slot.path().to_str().unwrap(), view.0.to_str().unwrap());
         mount(&["--bind", from, to]);
@@ -246,12 +210,10 @@ mod tests {
     /// mount where it is.
     #[test]
     fn a_pin_of_a_shared_mount_takes_no_later_host_mounts_and_leaves_them_be() {
-        assert!(rustix::process::geteuid().is_root());
+        as_root();
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
-        let shared = View(base.path().join("shared"));
+        let (_state, volumes) = volumes_in(base.path());
+        let shared = Bound(base.path().join("shared"));
         std::fs::create_dir(&shared.0).unwrap();
         mount(&["-t", "tmpfs", "tmpfs", shared.0.to_str().unwrap()]);
         mount(&["--make-shared", shared.0.to_str().unwrap()]);
@@ -265,7 +227,7 @@ mod tests {
         .unwrap();
         let cold = volumes.pin("cold", &fd, &lent, (1000, 1000), None).unwrap();
         let slot = volumes.slot("warm").unwrap();
-        let view = View(base.path().join("view"));
+        let view = Bound(base.path().join("view"));
         std::fs::create_dir(&view.0).unwrap();
         mount(&[
             "--bind",
@@ -301,7 +263,7 @@ mod tests {
         let secret = base.path().join("secret");
         std::fs::create_dir(&secret).unwrap();
         std::fs::write(secret.join("s"), "the host's\n").unwrap();
-        let host_mount = View(lent.join("sub"));
+        let host_mount = Bound(lent.join("sub"));
         mount(&[
             "--bind",
             secret.to_str().unwrap(),
@@ -329,11 +291,9 @@ mod tests {
     /// there) is not lent anything.
     #[test]
     fn a_slot_that_is_no_longer_itself_is_not_lent() {
-        assert!(rustix::process::geteuid().is_root());
+        as_root();
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
+        let (_state, volumes) = volumes_in(base.path());
         let lent = base.path().join("repo");
         std::fs::create_dir(&lent).unwrap();
         let fd = rustix::fs::open(

@@ -170,10 +170,9 @@ impl Volume {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
 
-    use super::super::{Quota, Volumes};
-    use crate::state::StateDir;
+    use super::super::Quota;
+    use super::super::testing::volumes_in;
 
     /// A volume no session owns that holds something is quarantined; one
     /// whose session closed (marked so before the close answered) is
@@ -181,9 +180,7 @@ mod tests {
     #[test]
     fn a_closed_sessions_volume_is_removed_not_quarantined() {
         let base = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let state = StateDir::open(&base.path().join("state")).unwrap();
-        let volumes = Volumes::open(&state).unwrap();
+        let (_state, volumes) = volumes_in(base.path());
         let quota = Quota {
             disk_bytes: 32 << 20,
             inodes: 4096,
