@@ -10,28 +10,30 @@
 //! engine fails to remove is kept in a list and removal retried, with
 //! growing pauses, until the engine removes it: it is never forgotten.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, ListImagesOptionsBuilder, RemoveContainerOptionsBuilder,
     RemoveImageOptionsBuilder, TagImageOptionsBuilder,
 };
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::StreamExt;
 use tokio::sync::{Mutex, OnceCell};
 
-use super::build::{self, BuildSpec, BuildStream, ImageInfo};
+use super::build::{BuildSpec, BuildStream, ImageInfo};
 use super::image;
+use super::runsc;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
 mod builds;
 mod cgroup;
+mod create;
+mod default_image;
 
 pub use builds::{BRIDGE as BUILD_BRIDGE, NETWORK as BUILD_NETWORK};
 
@@ -57,6 +59,18 @@ pub struct DockerRuntime {
     doomed: Arc<std::sync::Mutex<BTreeSet<String>>>,
     /// The task retrying them runs.
     retrying: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the engine has [`runsc::LINKED`]: asked once, or told by
+    /// [`runsc::ensure_registered`].
+    linked_runsc: std::sync::Mutex<Option<bool>>,
+}
+
+/// A container runtime as the engine has it configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineRuntime {
+    /// Its program.
+    pub path: String,
+    /// The arguments the engine passes it.
+    pub args: Vec<String>,
 }
 
 impl DockerRuntime {
@@ -76,6 +90,7 @@ impl DockerRuntime {
             build: Mutex::new(()),
             doomed: Arc::default(),
             retrying: Arc::default(),
+            linked_runsc: std::sync::Mutex::default(),
         }
     }
 
@@ -183,15 +198,61 @@ impl DockerRuntime {
         self.host.as_deref()
     }
 
-    /// Names of the container runtimes the engine knows (`runc`, `runsc`...).
-    pub async fn runtimes(&self) -> Result<Vec<String>, Error> {
+    /// The container runtimes the engine knows (`runc`, `runsc`...), by
+    /// name.
+    pub async fn runtimes(&self) -> Result<BTreeMap<String, EngineRuntime>, Error> {
         let info = self
             .client()
             .await?
             .info()
             .await
             .map_err(|e| Error::Connect(e.to_string()))?;
-        Ok(info.runtimes.unwrap_or_default().into_keys().collect())
+        Ok(info
+            .runtimes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, rt)| {
+                let runtime = EngineRuntime {
+                    path: rt.path.unwrap_or_default(),
+                    args: rt.runtime_args.unwrap_or_default(),
+                };
+                (name, runtime)
+            })
+            .collect())
+    }
+
+    /// Records whether the engine has [`runsc::LINKED`].
+    pub(super) fn set_linked_runsc(&self, present: bool) {
+        *self.linked_runsc.lock().unwrap_or_else(|e| e.into_inner()) = Some(present);
+    }
+
+    /// The engine runtime a container of `spec` runs under: gVisor's
+    /// with host Unix sockets open where its mounts hold none of the
+    /// host's but its supervisor's (a workspace the service made), so the
+    /// supervisor reaches its socket without the engine in between; the
+    /// one asked for otherwise.
+    async fn runtime_for(&self, spec: &ContainerSpec) -> Option<String> {
+        let asked = spec.runtime.as_deref()?;
+        if asked != runsc::NAME
+            || spec.workspace_lent
+            || spec.workspace_slot
+            || spec.socket_dir.is_none()
+        {
+            return Some(asked.to_string());
+        }
+        let known = *self.linked_runsc.lock().unwrap_or_else(|e| e.into_inner());
+        let linked = match known {
+            Some(linked) => linked,
+            None => match self.runtimes().await {
+                Ok(all) => {
+                    let linked = all.get(runsc::LINKED).is_some_and(runsc::is_linked);
+                    self.set_linked_runsc(linked);
+                    linked
+                }
+                Err(_) => false,
+            },
+        };
+        Some(if linked { runsc::LINKED } else { runsc::NAME }.to_string())
     }
 
     /// One plain Engine API exec run to its end (create, start attached,
@@ -216,80 +277,6 @@ impl DockerRuntime {
                 return Ok((code.unwrap_or(-1), bytes));
             }
         }
-    }
-
-    /// Builds the default image from its recipe unless it already exists.
-    pub async fn build_default_image(&self) -> Result<bool, Error> {
-        let docker = self.client().await?;
-        let reference = image::default_image();
-        // One build at a time in this process, and across processes (tests
-        // run in parallel binaries) through a lock file.
-        let _guard = self.build.lock().await;
-        let lock = tokio::task::spawn_blocking(lock_file)
-            .await
-            .map_err(|e| build_error(e.to_string()))?
-            .map_err(|e| build_error(format!("cannot take the build lock: {e}")))?;
-        if docker.inspect_image(&reference).await.is_ok() {
-            self.tag_alias(&reference).await?;
-            drop(lock);
-            return Ok(false);
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("sandboxd-rootfs-")
-            .tempdir()
-            .map_err(|e| build_error(format!("cannot make a build directory: {e}")))?;
-        image::build_rootfs(dir.path()).await?;
-        let mut tar = tokio::process::Command::new("tar")
-            .arg("-C")
-            .arg(dir.path())
-            .args(["--numeric-owner", "-c", "."])
-            .stdout(std::process::Stdio::piped())
-            .stdin(std::process::Stdio::null())
-            .spawn()
-            .map_err(|e| build_error(format!("cannot run tar: {e}")))?;
-        let stdout = tar
-            .stdout
-            .take()
-            .ok_or_else(|| build_error("tar has no stdout".into()))?;
-        let body = bollard::body_try_stream(tokio_util::io::ReaderStream::new(stdout));
-        let options = CreateImageOptionsBuilder::new()
-            .from_src("-")
-            .repo(image::REPOSITORY)
-            .tag(&image::default_tag())
-            .build();
-        docker
-            .clone()
-            .with_timeout(IMPORT_TIMEOUT)
-            .create_image(Some(options), Some(body), None)
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(|e| build_error(format!("docker import failed: {e}")))?;
-        let status = tar.wait().await.map_err(|e| build_error(e.to_string()))?;
-        if !status.success() {
-            return Err(build_error(format!("tar failed: {status}")));
-        }
-        let dir_path = dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || dir.close())
-            .await
-            .map_err(|e| build_error(e.to_string()))?
-            .map_err(|e| build_error(format!("cannot remove {}: {e}", dir_path.display())))?;
-        self.tag_alias(&reference).await?;
-        drop(lock);
-        tracing::info!(image = %reference, alias = %image::alias(), "default sandbox image built");
-        Ok(true)
-    }
-
-    /// Points `sandboxd-default:latest` at `reference` (the current build).
-    async fn tag_alias(&self, reference: &str) -> Result<(), Error> {
-        let options = TagImageOptionsBuilder::new()
-            .repo(image::REPOSITORY)
-            .tag("latest")
-            .build();
-        self.client()
-            .await?
-            .tag_image(reference, Some(options))
-            .await
-            .map_err(|e| build_error(format!("cannot tag it {}: {e}", image::alias())))
     }
 }
 
@@ -364,22 +351,6 @@ impl DockerRuntime {
         });
         Ok((exec.id, Box::pin(stream), input))
     }
-}
-
-fn build_error(why: String) -> Error {
-    Error::BuildImage {
-        image: image::default_image(),
-        why,
-    }
-}
-
-/// An exclusive lock shared by every sandboxd process of this user: a file
-/// in sandboxd's private state root (never in a shared directory such as
-/// /tmp, where another user could plant a link in its place).
-fn lock_file() -> std::io::Result<std::os::fd::OwnedFd> {
-    let root = crate::state::StateDir::open(&crate::state::StateDir::default_root())
-        .map_err(std::io::Error::other)?;
-    root.lock("image-build.lock")
 }
 
 /// Maps a Docker error: transport failures mean the daemon is unreachable;
@@ -464,116 +435,8 @@ impl Runtime for DockerRuntime {
             .config
             .and_then(|c| c.volumes)
             .unwrap_or_default();
-        let mut tmpfs = HashMap::from([(
-            "/tmp".to_string(),
-            format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
-        )]);
-        for path in declared {
-            // Compared, and covered, as the engine will mount it.
-            let clean = build::clean_volume_path(&path);
-            let over = |ours: &str| clean == ours || clean.starts_with(&format!("{ours}/"));
-            if clean == "/" || over("/workspace") || over("/.sandboxd") {
-                return Err(Error::ImageUnusable {
-                    image: spec.image.clone(),
-                    why: format!(
-                        "it declares VOLUME {path}, which would hide the workspace or the \
-                         supervisor; remove that VOLUME from its recipe"
-                    ),
-                });
-            }
-            tmpfs
-                .entry(clean)
-                .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));
-        }
-        let memory = i64::try_from(spec.limits.memory_bytes).unwrap_or(i64::MAX);
-        // Mounts, never the legacy binds: for a bind whose source is
-        // missing, the engine (as root) would make it, and chown it, through
-        // whatever symlinks the path holds by then; a mount refuses it.
-        let bind = |source: &std::path::Path, target: &str, read_only: bool| Mount {
-            typ: Some(MountType::BIND),
-            source: Some(source.display().to_string()),
-            target: Some(target.to_string()),
-            read_only: Some(read_only),
-            ..Default::default()
-        };
-        let mut workspace = bind(&spec.workspace, super::supervisor::WORKSPACE_PATH, false);
-        if spec.workspace_slot {
-            workspace.bind_options = Some(bollard::models::MountBindOptions {
-                propagation: Some(bollard::models::MountBindOptionsPropagationEnum::RSLAVE),
-                ..Default::default()
-            });
-        }
-        let mut mounts = vec![workspace];
-        if let Some(binary) = &spec.supervisor {
-            mounts.push(bind(binary, super::supervisor::MOUNT_PATH, true));
-            if let Some(idle) = &spec.idle {
-                mounts.push(bind(idle, super::supervisor::idle::MOUNT_PATH, true));
-            }
-        }
-        if let Some(dir) = &spec.socket_dir {
-            mounts.push(bind(dir, super::supervisor::RUN_PATH, true));
-        }
-        let host_config = HostConfig {
-            mounts: Some(mounts),
-            network_mode: Some("none".into()),
-            cap_drop: Some(vec!["ALL".into()]),
-            // Only the supervisor (root in the container) holds these;
-            // commands run as another user with none.
-            cap_add: spec.supervisor.as_ref().map(|_| {
-                super::supervisor::SUPERVISOR_CAPS
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect()
-            }),
-            security_opt: Some(vec!["no-new-privileges".into()]),
-            readonly_rootfs: Some(true),
-            tmpfs: Some(tmpfs),
-            memory: Some(memory),
-            // No swap beyond the memory limit.
-            memory_swap: Some(memory),
-            nano_cpus: Some(i64::try_from(spec.limits.nano_cpus).unwrap_or(i64::MAX)),
-            pids_limit: Some(i64::try_from(spec.limits.pids).unwrap_or(i64::MAX)),
-            init: Some(true),
-            runtime: spec.runtime.clone(),
-            ..Default::default()
-        };
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            // The container's own process is ours, whatever the image's
-            // ENTRYPOINT and CMD say (an explicit entrypoint drops the
-            // image's CMD). With the supervisor mounted, the image needs
-            // nothing but `sh`.
-            entrypoint: Some(match (&spec.supervisor, &spec.idle) {
-                (Some(_), Some(_)) => vec![super::supervisor::idle::MOUNT_PATH.into()],
-                (Some(_), None) => vec![super::supervisor::MOUNT_PATH.into(), "idle".into()],
-                (None, _) => vec!["sleep".into(), "infinity".into()],
-            }),
-            cmd: Some(Vec::new()),
-            // An image's HEALTHCHECK would run a command of its own in the
-            // sandbox, unasked, every few seconds.
-            healthcheck: Some(bollard::models::HealthConfig {
-                test: Some(vec!["NONE".into()]),
-                ..Default::default()
-            }),
-            // With a supervisor, the container's own processes (init and
-            // the idle keeper) run as root so that the supervisor exec may
-            // hold the capabilities it needs; Docker gives an exec of any
-            // other user none. Root here has no DAC override, so it starts
-            // in `/`, not in a workspace it may not be able to enter.
-            user: Some(match spec.supervisor {
-                Some(_) => super::supervisor::SUPERVISOR_USER.to_string(),
-                None => spec.user.clone(),
-            }),
-            working_dir: Some(match spec.supervisor {
-                Some(_) => "/".to_string(),
-                None => "/workspace".to_string(),
-            }),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            labels: Some(spec.labels.clone().into_iter().collect()),
-            network_disabled: Some(true),
-            host_config: Some(host_config),
-            ..Default::default()
-        };
+        let runtime = self.runtime_for(spec).await;
+        let body = create::body(spec, declared, runtime)?;
         let name = format!(
             "sandboxd-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]

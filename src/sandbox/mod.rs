@@ -182,6 +182,11 @@ pub struct ContainerSpec {
     /// `workspace` on the host's side reach the container, nothing of the
     /// container's reaches the host.
     pub workspace_slot: bool,
+    /// `workspace` is a directory of the host's lent to the session, not
+    /// one the service made for it: it may hold the host's Unix sockets,
+    /// which a container whose runtime could reach them must not get (see
+    /// [`runsc::LINKED`]).
+    pub workspace_lent: bool,
     /// "uid:gid" the container and its commands run as.
     pub user: String,
     /// Environment of every command.

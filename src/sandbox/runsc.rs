@@ -7,14 +7,41 @@
 //! (keeping everything else in it, written atomically), and has the daemon
 //! reload its configuration with SIGHUP, which leaves running containers
 //! alone. A remote engine is only checked, never changed.
+//!
+//! Beside `runsc` the service registers [`LINKED`], the same runtime with
+//! host Unix sockets open, for containers whose only host socket is their
+//! supervisor's: see there.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::docker::DockerRuntime;
+use super::docker::{DockerRuntime, EngineRuntime};
 
 /// The runtime's name, as sessions' containers ask for it.
 pub const NAME: &str = "runsc";
+
+/// The service's own entry for gVisor: the engine's `runsc` (its program
+/// and arguments) with `--host-uds=open`, so that a program in the sandbox
+/// may connect to a Unix socket of the host that lies in one of its
+/// mounts. Its supervisor then reaches the service's socket directly,
+/// instead of framing through the engine's exec (a round trip through
+/// dockerd, containerd's shim and `runsc exec` each way).
+///
+/// Only a container whose mounts hold no socket of the host but its
+/// supervisor's runs under it: a workspace the service made (a fresh
+/// volume, which only the service and the container write), the
+/// read-only image, the supervisor's binary and its socket directory
+/// (root's, 0700, its socket 0600: commands, which never run as root, are
+/// refused by gVisor's own permission checks). A directory of the host
+/// lent to a session may hold the host's sockets (a dev server's, an
+/// agent's), so those containers run under plain `runsc`, where no host
+/// socket is reachable at all, and frame over the exec.
+pub const LINKED: &str = "sandboxd-runsc";
+
+/// The argument that opens host Unix sockets to the sandbox (connect only:
+/// it creates none on the host).
+const HOST_UDS: &str = "--host-uds=open";
 
 /// The engine's configuration file.
 const DAEMON_JSON: &str = "/etc/docker/daemon.json";
@@ -45,54 +72,122 @@ pub enum Error {
     NotLoaded,
 }
 
-/// Makes sure the engine knows runsc, installing and registering it when the
-/// engine runs on this host.
-pub async fn ensure_registered(docker: &DockerRuntime) -> Result<(), Error> {
-    if has_runsc(docker).await? {
-        return Ok(());
+/// Whether `rt` is runsc with host Unix sockets open.
+pub fn is_linked(rt: &EngineRuntime) -> bool {
+    rt.args.iter().any(|a| a == HOST_UDS)
+}
+
+/// [`LINKED`] as it should be beside the engine's `runsc`.
+fn linked_beside(runsc: &EngineRuntime) -> EngineRuntime {
+    let mut args: Vec<String> = runsc
+        .args
+        .iter()
+        .filter(|a| !a.starts_with("--host-uds"))
+        .cloned()
+        .collect();
+    args.push(HOST_UDS.to_string());
+    EngineRuntime {
+        path: runsc.path.clone(),
+        args,
     }
+}
+
+/// Makes sure the engine knows runsc, installing and registering it when the
+/// engine runs on this host; and [`LINKED`] beside it where the engine is
+/// this host's (without it, gVisor sessions frame over the exec).
+pub async fn ensure_registered(docker: &DockerRuntime) -> Result<(), Error> {
     let host = docker
         .host()
         .map(str::to_string)
-        .or_else(|| std::env::var("DOCKER_HOST").ok());
-    if let Some(host) = host.filter(|h| !is_local_socket(h)) {
-        return Err(Error::Remote(host));
-    }
-    tracing::warn!("runsc is not a runtime of the Docker engine: registering it");
-    tokio::task::spawn_blocking(register)
-        .await
-        .map_err(|e| Error::Configure(e.to_string()))??;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if has_runsc(docker).await? {
-            tracing::info!("runsc registered with the Docker engine");
+        .or_else(|| std::env::var("DOCKER_HOST").ok())
+        .filter(|h| !is_local_socket(h));
+    // A second round when the engine dropped a runsc that its
+    // configuration no longer held: the first wrote only the linked entry.
+    for _ in 0..2 {
+        let runtimes = docker.runtimes().await?;
+        if has_both(&runtimes) {
+            docker.set_linked_runsc(true);
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Some(host) = host {
+            if !runtimes.contains_key(NAME) {
+                return Err(Error::Remote(host));
+            }
+            docker.set_linked_runsc(runtimes.get(LINKED).is_some_and(is_linked));
+            return Ok(());
+        }
+        let engine_runsc = runtimes.get(NAME).cloned();
+        if engine_runsc.is_some() {
+            tracing::info!("registering {LINKED} (runsc with host Unix sockets open) with the Docker engine");
+        } else {
+            tracing::warn!("runsc is not a runtime of the Docker engine: registering it");
+        }
+        let had_runsc = engine_runsc.is_some();
+        let registered = tokio::task::spawn_blocking(move || register(engine_runsc.as_ref()))
+            .await
+            .map_err(|e| Error::Configure(e.to_string()))?;
+        if let Err(e) = registered {
+            if had_runsc {
+                // runsc itself works: only the direct link is lost.
+                tracing::warn!(error = %e, "cannot register {LINKED}; gVisor sessions frame over the engine's exec");
+                docker.set_linked_runsc(false);
+                return Ok(());
+            }
+            return Err(e);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = docker.runtimes().await?;
+            if has_both(&now) {
+                tracing::info!("runsc registered with the Docker engine");
+                docker.set_linked_runsc(true);
+                return Ok(());
+            }
+            if had_runsc && !now.contains_key(NAME) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::NotLoaded);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
     Err(Error::NotLoaded)
 }
 
-async fn has_runsc(docker: &DockerRuntime) -> Result<bool, Error> {
-    Ok(docker.runtimes().await?.iter().any(|r| r == NAME))
+/// Whether the engine has runsc, and [`LINKED`] as it should be beside it.
+fn has_both(runtimes: &BTreeMap<String, EngineRuntime>) -> bool {
+    runtimes
+        .get(NAME)
+        .is_some_and(|runsc| runtimes.get(LINKED) == Some(&linked_beside(runsc)))
 }
 
 fn is_local_socket(host: &str) -> bool {
     host.starts_with("unix://") || host.starts_with('/')
 }
 
-/// Installs runsc, writes it into the engine's configuration and signals
-/// the daemon to reload. Blocking.
-fn register() -> Result<(), Error> {
-    crate::provision::ensure(&[crate::provision::RUNSC])?;
-    let runsc = crate::provision::find(NAME).ok_or(Error::NotLoaded)?;
+/// Installs runsc where the engine lacks it, writes it and [`LINKED`]
+/// into the engine's configuration and signals the daemon to reload.
+/// Blocking.
+fn register(engine_runsc: Option<&EngineRuntime>) -> Result<(), Error> {
+    let runsc = match engine_runsc {
+        Some(rt) => rt.clone(),
+        None => {
+            crate::provision::ensure(&[crate::provision::RUNSC])?;
+            let path = crate::provision::find(NAME).ok_or(Error::NotLoaded)?;
+            EngineRuntime {
+                path: path.display().to_string(),
+                args: vec!["--network=none".to_string()],
+            }
+        }
+    };
     let path = Path::new(DAEMON_JSON);
     let current = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(Error::Configure(e.to_string())),
     };
-    let updated = with_runsc(&current, &runsc)?;
+    let updated = with_runsc(&current, &runsc, engine_runsc.is_none())?;
     write_atomically(path, &updated)?;
     let pid = dockerd_pid()
         .ok_or_else(|| Error::Configure("no running dockerd to reload was found".to_string()))?;
@@ -100,9 +195,10 @@ fn register() -> Result<(), Error> {
         .map_err(|e| Error::Configure(format!("cannot signal dockerd: {e}")))
 }
 
-/// The configuration `current` with runsc added as a runtime (networking
-/// off inside gVisor: sandboxes have none anyway).
-fn with_runsc(current: &str, runsc: &Path) -> Result<String, Error> {
+/// The configuration `current` with [`LINKED`] beside `runsc`, and
+/// `runsc` itself added when `add_runsc` (networking off inside gVisor:
+/// sandboxes have none anyway).
+fn with_runsc(current: &str, runsc: &EngineRuntime, add_runsc: bool) -> Result<String, Error> {
     let mut conf: serde_json::Value = if current.trim().is_empty() {
         serde_json::json!({})
     } else {
@@ -117,13 +213,11 @@ fn with_runsc(current: &str, runsc: &Path) -> Result<String, Error> {
         .or_insert_with(|| serde_json::json!({}))
         .as_object_mut()
         .ok_or_else(|| Error::Configure("its \"runtimes\" is not an object".to_string()))?;
-    runtimes.insert(
-        NAME.to_string(),
-        serde_json::json!({
-            "path": runsc,
-            "runtimeArgs": ["--network=none"],
-        }),
-    );
+    let entry = |rt: &EngineRuntime| serde_json::json!({"path": rt.path, "runtimeArgs": rt.args});
+    if add_runsc {
+        runtimes.insert(NAME.to_string(), entry(runsc));
+    }
+    runtimes.insert(LINKED.to_string(), entry(&linked_beside(runsc)));
     serde_json::to_string_pretty(&conf).map_err(|e| Error::Configure(e.to_string()))
 }
 
@@ -171,32 +265,77 @@ fn comm(pid: i32) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn runsc(args: &[&str]) -> EngineRuntime {
+        EngineRuntime {
+            path: "/usr/bin/runsc".into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
     #[test]
     fn registering_keeps_the_rest_of_the_configuration() {
         let before = r#"{"storage-driver": "overlay2", "runtimes": {"kata": {"path": "/k"}}}"#;
-        let after: serde_json::Value =
-            serde_json::from_str(&with_runsc(before, Path::new("/usr/bin/runsc")).unwrap())
-                .unwrap();
+        let after: serde_json::Value = serde_json::from_str(
+            &with_runsc(before, &runsc(&["--network=none"]), true).unwrap(),
+        )
+        .unwrap();
         assert_eq!(after["storage-driver"], "overlay2");
         assert_eq!(after["runtimes"]["kata"]["path"], "/k");
         assert_eq!(after["runtimes"]["runsc"]["path"], "/usr/bin/runsc");
         assert_eq!(
-            after["runtimes"]["runsc"]["runtimeArgs"][0],
-            "--network=none"
+            after["runtimes"]["runsc"]["runtimeArgs"],
+            serde_json::json!(["--network=none"])
         );
+        assert_eq!(
+            after["runtimes"][LINKED]["runtimeArgs"],
+            serde_json::json!(["--network=none", "--host-uds=open"])
+        );
+    }
+
+    #[test]
+    fn the_linked_runtime_follows_the_operators_runsc_which_is_left_alone() {
+        // An operator's runsc (its own platform, host sockets asked for
+        // in some other way) is copied, never changed; only the copy has
+        // host sockets open, for connecting only.
+        let theirs = runsc(&["--platform=kvm", "--host-uds=all"]);
+        let before = r#"{"runtimes": {"runsc": {"path": "/opt/runsc", "runtimeArgs": ["--platform=kvm", "--host-uds=all"]}}}"#;
+        let after: serde_json::Value =
+            serde_json::from_str(&with_runsc(before, &theirs, false).unwrap()).unwrap();
+        assert_eq!(after["runtimes"]["runsc"]["path"], "/opt/runsc");
+        assert_eq!(
+            after["runtimes"]["runsc"]["runtimeArgs"],
+            serde_json::json!(["--platform=kvm", "--host-uds=all"])
+        );
+        assert_eq!(
+            after["runtimes"][LINKED]["runtimeArgs"],
+            serde_json::json!(["--platform=kvm", "--host-uds=open"])
+        );
+        let engine = BTreeMap::from([
+            (NAME.to_string(), theirs.clone()),
+            (LINKED.to_string(), linked_beside(&theirs)),
+        ]);
+        assert!(has_both(&engine));
+        let stale = BTreeMap::from([
+            (NAME.to_string(), runsc(&["--platform=ptrace"])),
+            (LINKED.to_string(), linked_beside(&theirs)),
+        ]);
+        assert!(!has_both(&stale), "a linked entry that no longer matches runsc is written again");
+        assert!(is_linked(&linked_beside(&theirs)));
+        assert!(!is_linked(&theirs));
     }
 
     #[test]
     fn a_missing_or_empty_configuration_is_started() {
         let after: serde_json::Value =
-            serde_json::from_str(&with_runsc("  \n", Path::new("/r")).unwrap()).unwrap();
-        assert_eq!(after["runtimes"]["runsc"]["path"], "/r");
+            serde_json::from_str(&with_runsc("  \n", &runsc(&[]), true).unwrap()).unwrap();
+        assert_eq!(after["runtimes"]["runsc"]["path"], "/usr/bin/runsc");
+        assert_eq!(after["runtimes"][LINKED]["path"], "/usr/bin/runsc");
     }
 
     #[test]
     fn a_configuration_that_is_not_an_object_is_left_alone() {
         for bad in ["[1]", "{not json", r#"{"runtimes": 3}"#] {
-            let err = with_runsc(bad, Path::new("/r")).unwrap_err();
+            let err = with_runsc(bad, &runsc(&[]), true).unwrap_err();
             assert!(matches!(err, Error::Configure(_)), "{bad}: {err}");
         }
     }

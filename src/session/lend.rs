@@ -73,6 +73,7 @@ pub(super) async fn prepare_slot(
         .map_err(|e| Error::CreateWorkspace(io::Error::other(e.to_string())))??;
     let spec = ContainerSpec {
         workspace_slot: true,
+        workspace_lent: true,
         ..container_spec(
             config,
             volumes,

@@ -116,6 +116,7 @@ pub(super) async fn reopen(
     let spec = ContainerSpec {
         workspace_identity: Some(volume.identity()),
         workspace_bound: volume.bound_by_path(),
+        workspace_lent: !volume.owns_workspace(),
         ..container_spec(
             config,
             volumes,
@@ -155,6 +156,7 @@ pub(super) fn container_spec(
         workspace_identity: None,
         workspace_bound: false,
         workspace_slot: false,
+        workspace_lent: false,
         user: format!("{uid}:{gid}"),
         env: cfg.default_env.clone(),
         limits,

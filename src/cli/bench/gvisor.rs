@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use sandboxd::sandbox::docker::DockerRuntime;
+use sandboxd::profile;
 use sandboxd::sandbox::runsc;
 
 use super::round_trip::{get_session, median, spawn_floor};
@@ -42,12 +43,20 @@ async fn measure(client: &Client, n: usize) -> Result<Row, AnyError> {
         get_session(client, &sid).await?;
     }
     let mut floor = spawn_floor(client, &sid).await?;
-    let (mut ours, mut unary) = (vec![], vec![]);
-    for _ in 0..n {
+    let (mut ours, mut unary, mut profiles) = (vec![], vec![], vec![]);
+    for i in 0..n {
         tokio::time::sleep(QUIET).await;
+        let profiled = i % 2 == 1;
+        profile::record(profiled);
         let t = Instant::now();
+        profile::mark("client: call sent");
         run_cmd(client, &sid, "true").await?;
+        profile::mark("client: exit received");
         ours.push(t.elapsed());
+        profile::record(false);
+        if profiled {
+            profiles.push(profile::take());
+        }
         tokio::time::sleep(QUIET).await;
         let t = Instant::now();
         get_session(client, &sid).await?;
@@ -57,6 +66,7 @@ async fn measure(client: &Client, n: usize) -> Result<Row, AnyError> {
     super::close(client, sid).await?;
     let floor = median(&mut floor);
     let (o, u) = (stats(&ours), stats(&unary));
+    eprintln!("{}", super::round_trip::stage_table(&profiles));
     let ratio = o.p50.as_secs_f64() / floor.as_secs_f64();
     Ok(Row {
         figure: "Under gVisor: RunCommand `true`, warm session (p50 / p90 / p99)".into(),

@@ -55,6 +55,9 @@ pub async fn supervise(
 ) -> std::io::Result<()> {
     // Not even a process of our own uid may attach to or read us.
     let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
+    // Which handlers a command's shell gets back to their defaults, asked
+    // before any of ours is installed.
+    spawn::signals_to_reset();
     let user = user.as_deref().map(parse_user).transpose()?;
     if let Some(want) = workspace_identity {
         check_workspace(&want)?;

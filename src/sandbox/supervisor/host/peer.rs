@@ -129,7 +129,8 @@ pub(super) async fn accept_supervisor(
         };
         let peer_pid = cred.pid.as_raw_nonzero().get() as i64;
         let expected = rt.exec_pid(exec).await;
-        if cred.uid.as_raw() != 0 || expected.is_some_and(|p| p != peer_pid) {
+        let is_exec = |p: i64| p == peer_pid || gofer_beside(peer_pid, p);
+        if cred.uid.as_raw() != 0 || expected.is_some_and(|p| !is_exec(p)) {
             tracing::warn!(
                 uid = cred.uid.as_raw(),
                 pid = peer_pid,
@@ -156,6 +157,27 @@ pub(super) async fn accept_supervisor(
             }
         }
     }
+}
+
+/// Whether `peer` is gVisor's file server (`runsc-gofer`) for the
+/// container that the exec `exec` (its `runsc exec`, as the engine reports
+/// it) runs in: under gVisor, the sandbox's connections to host sockets
+/// are made by that server, which the container's shim started beside the
+/// exec. Only that container mounts the socket's directory.
+fn gofer_beside(peer: i64, exec: i64) -> bool {
+    // runsc starts its gofer as itself again (`/proc/self/exe`, so its
+    // name is `exe`), naming it in argv[0].
+    let is_gofer = std::fs::read(format!("/proc/{peer}/cmdline"))
+        .is_ok_and(|argv| argv.split(|&b| b == 0).next() == Some(b"runsc-gofer"));
+    is_gofer && parent(peer).is_some_and(|p| parent(exec) == Some(p))
+}
+
+/// A process's parent's pid, from `/proc/<pid>/stat`.
+fn parent(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (name) state ppid ...": the name may hold spaces and parens.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]
@@ -212,5 +234,17 @@ mod tests {
         let accepted =
             accept_supervisor(&listener, &Blind::default(), "exec", &secret, until).await;
         assert!(accepted.is_ok(), "{accepted:?}");
+    }
+
+    #[test]
+    fn only_a_gofer_beside_the_exec_stands_for_it() {
+        // This test's process is no gofer, beside its own thread or not.
+        let me = i64::from(std::process::id());
+        assert_eq!(
+            parent(me),
+            Some(i64::from(std::os::unix::process::parent_id()))
+        );
+        assert!(!gofer_beside(me, me));
+        assert!(!gofer_beside(i64::from(i32::MAX), me));
     }
 }
