@@ -118,7 +118,9 @@ pub async fn ensure_registered(docker: &DockerRuntime) -> Result<(), Error> {
         }
         let engine_runsc = runtimes.get(NAME).cloned();
         if engine_runsc.is_some() {
-            tracing::info!("registering {LINKED} (runsc with host Unix sockets open) with the Docker engine");
+            tracing::info!(
+                "registering {LINKED} (runsc with host Unix sockets open) with the Docker engine"
+            );
         } else {
             tracing::warn!("runsc is not a runtime of the Docker engine: registering it");
         }
@@ -275,10 +277,9 @@ mod tests {
     #[test]
     fn registering_keeps_the_rest_of_the_configuration() {
         let before = r#"{"storage-driver": "overlay2", "runtimes": {"kata": {"path": "/k"}}}"#;
-        let after: serde_json::Value = serde_json::from_str(
-            &with_runsc(before, &runsc(&["--network=none"]), true).unwrap(),
-        )
-        .unwrap();
+        let after: serde_json::Value =
+            serde_json::from_str(&with_runsc(before, &runsc(&["--network=none"]), true).unwrap())
+                .unwrap();
         assert_eq!(after["storage-driver"], "overlay2");
         assert_eq!(after["runtimes"]["kata"]["path"], "/k");
         assert_eq!(after["runtimes"]["runsc"]["path"], "/usr/bin/runsc");
@@ -319,7 +320,10 @@ mod tests {
             (NAME.to_string(), runsc(&["--platform=ptrace"])),
             (LINKED.to_string(), linked_beside(&theirs)),
         ]);
-        assert!(!has_both(&stale), "a linked entry that no longer matches runsc is written again");
+        assert!(
+            !has_both(&stale),
+            "a linked entry that no longer matches runsc is written again"
+        );
         assert!(is_linked(&linked_beside(&theirs)));
         assert!(!is_linked(&theirs));
     }

@@ -7,8 +7,8 @@
 
 use std::time::Instant;
 
-use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::profile;
+use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::runsc;
 
 use super::round_trip::{get_session, median, spawn_floor};

@@ -84,7 +84,7 @@ pub(super) fn body(
         nano_cpus: Some(i64::try_from(spec.limits.nano_cpus).unwrap_or(i64::MAX)),
         pids_limit: Some(i64::try_from(spec.limits.pids).unwrap_or(i64::MAX)),
         init: Some(true),
-        runtime: runtime,
+        runtime,
         ..Default::default()
     };
     let body = ContainerCreateBody {

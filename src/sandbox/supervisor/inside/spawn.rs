@@ -10,7 +10,7 @@
 //! calls on data prepared before the clone, never allocates, never takes
 //! a lock, and runs with every signal blocked until its handlers are back
 //! to their defaults. Its end is learned from a pidfd (or, where the
-//! kernel has none, from a thread waiting on it).
+//! kernel has none, from the supervisor's SIGCHLD and a wait that never blocks).
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use rustix::process::{Pid, PidfdFlags, WaitIdOptions, WaitIdStatus};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
-use tokio::sync::watch;
 
 /// The stack the child runs on until it execs: a few frames of system
 /// calls.
@@ -46,7 +45,10 @@ pub(super) struct Child {
 /// How its end is learned.
 enum End {
     PidFd(AsyncFd<OwnedFd>),
-    Waiter(watch::Receiver<Option<ExitStatus>>),
+    /// Where the kernel has no pidfd (gVisor): woken by every SIGCHLD the
+    /// supervisor gets, it asks for this child's end without waiting (a
+    /// thread waiting on it cost a thread's start a command there).
+    Signal(tokio::signal::unix::Signal),
 }
 
 /// What the child does between clone and exec, all prepared before.
@@ -105,11 +107,7 @@ impl Child {
                 CString::new(kv).map_err(|_| invalid("an environment variable contains a NUL byte"))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let null = rustix::fs::open(
-            c"/dev/null",
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )?;
+        let null = dev_null()?;
         let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let terminated = |v: &[CString]| {
@@ -131,7 +129,7 @@ impl Child {
         let pid = clone_exec(&plan)?;
         let cloned = (cloning, crate::profile::now_ns());
         // The child has exec'd or failed: its ends of the pipes are its own.
-        drop((null, out_w, err_w));
+        drop((out_w, err_w));
         let failed = plan.failed.load(Ordering::Acquire);
         if failed != 0 {
             // It exited at once; reap it.
@@ -143,11 +141,22 @@ impl Child {
                 _ => io::Error::new(errno.kind(), format!("setting up its process: {errno}")),
             });
         }
-        let end = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        static NO_PIDFD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let pidfd = match NO_PIDFD.load(Ordering::Relaxed) {
+            true => Err(rustix::io::Errno::NOSYS),
+            false => rustix::process::pidfd_open(pid, PidfdFlags::empty()),
+        };
+        if matches!(pidfd, Err(rustix::io::Errno::NOSYS)) {
+            NO_PIDFD.store(true, Ordering::Relaxed);
+        }
+        let end = match pidfd {
             // SAFETY: the pidfd is owned here and neither replaced nor
             // closed while registered.
             Ok(fd) => End::PidFd(unsafe { AsyncFd::register(fd)? }),
-            Err(_) => End::Waiter(waiter(pid)),
+            // Made before anything can wait: a SIGCHLD from here on wakes it.
+            Err(_) => End::Signal(tokio::signal::unix::signal(
+                tokio::signal::unix::SignalKind::child(),
+            )?),
         };
         Ok(Child {
             pid,
@@ -175,7 +184,11 @@ impl Child {
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
             )?
             .map(|s| status_of(&s)),
-            End::Waiter(rx) => *rx.borrow(),
+            End::Signal(_) => rustix::process::waitid(
+                rustix::process::WaitId::Pid(self.pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+            )?
+            .map(|s| status_of(&s)),
         };
         Ok(self.status)
     }
@@ -195,10 +208,11 @@ impl Child {
                         ready.clear_ready();
                     }
                 }
-                End::Waiter(rx) => {
-                    rx.changed()
+                End::Signal(sigchld) => {
+                    sigchld
+                        .recv()
                         .await
-                        .map_err(|_| io::Error::other("the waiting thread stopped"))?;
+                        .ok_or_else(|| io::Error::other("the signal driver stopped"))?;
                 }
             }
         }
@@ -209,10 +223,7 @@ impl Drop for Child {
     fn drop(&mut self) {
         // Not reaped yet (it survived the kill ladder): reaped whenever it
         // ends, so it never stays a zombie.
-        if self.status.is_none()
-            && matches!(self.try_wait(), Ok(None))
-            && let End::PidFd(_) = self.end
-        {
+        if self.status.is_none() && matches!(self.try_wait(), Ok(None)) {
             let pid = self.pid;
             std::thread::spawn(move || {
                 let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
@@ -221,17 +232,18 @@ impl Drop for Child {
     }
 }
 
-/// A thread that waits for `pid` to end and publishes its status.
-fn waiter(pid: Pid) -> watch::Receiver<Option<ExitStatus>> {
-    let (tx, rx) = watch::channel(None);
-    std::thread::spawn(move || {
-        if let Ok(Some((_, st))) =
-            rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
-        {
-            let _ = tx.send(Some(ExitStatus::from_raw(st.as_raw())));
-        }
-    });
-    rx
+/// `/dev/null`, read-only, opened once for every command's stdin.
+fn dev_null() -> io::Result<std::os::fd::BorrowedFd<'static>> {
+    static NULL: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(std::os::fd::AsFd::as_fd(fd));
+    }
+    let fd = rustix::fs::open(
+        c"/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    Ok(std::os::fd::AsFd::as_fd(NULL.get_or_init(|| fd)))
 }
 
 /// The status a wait status means to `std`.
@@ -296,10 +308,9 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             }
         };
         // Handlers back to their defaults (see `signals_to_reset`).
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
+        let dfl = KernelSigaction::default();
         for &sig in plan.reset {
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            rt_sigaction(sig, &dfl, std::ptr::null_mut());
         }
         if libc::setpgid(0, 0) != 0 {
             fail(STEP_GROUP);
@@ -380,11 +391,35 @@ pub(super) fn signals_to_reset() -> &'static [libc::c_int] {
 
 /// Whether `sig`'s disposition is the default (unknown counts as not).
 fn at_default(sig: libc::c_int) -> bool {
-    // SAFETY: only reads the disposition into a zeroed struct of ours.
-    unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL
-    }
+    let mut old = KernelSigaction::default();
+    // SAFETY: only reads the disposition into a struct of ours.
+    unsafe { rt_sigaction(sig, std::ptr::null(), &mut old) == 0 && old.handler == libc::SIG_DFL }
+}
+
+/// The kernel's own `struct sigaction` (x86-64 and aarch64 alike): zeroed,
+/// the default disposition.
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// The system call itself, not the C library's wrapper: that one refuses
+/// the signals it keeps for its threads (32 and 33), which a supervisor
+/// started with them ignored would otherwise hand on to every command.
+///
+/// # Safety
+/// `new` and `old` are null or valid.
+unsafe fn rt_sigaction(
+    sig: libc::c_int,
+    new: *const KernelSigaction,
+    old: *mut KernelSigaction,
+) -> libc::c_long {
+    // SAFETY: as the caller promises; the mask is 8 bytes.
+    unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, new, old, 8usize) }
 }
 
 /// Records where the child failed, and ends it.
