@@ -28,23 +28,55 @@ fn runtime_of(sid: &str) -> String {
 /// The command line of the supervisor running the command (its parent).
 const SUPERVISOR: &str = "tr '\\0' ' ' < /proc/$PPID/cmdline";
 
-#[tokio::test]
-async fn a_fresh_workspace_links_over_its_socket_and_a_lent_directory_reaches_no_host_socket() {
-    let srv = TestServer::with_docker_mode(Mode::Gvisor).await;
+/// A probe that connects to `/workspace/host.sock` and says so.
+const PROBE: &str = "python3 -c '\
+    import socket; s = socket.socket(socket.AF_UNIX); \
+    s.connect(\"/workspace/host.sock\"); print(\"connected\")'";
 
-    let (fresh, _) = srv.session().await;
-    assert_eq!(runtime_of(&fresh), sandboxd::sandbox::runsc::LINKED);
-    let ran = run(&srv.client, &fresh, SUPERVISOR, 10_000).await;
-    assert!(ran.stdout().contains(" --connect "), "{}", ran.stdout());
-
-    // A program of the host listens in the directory, for anyone.
-    let dir = srv.allowed_root.path().join("proj");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// A program of the host listening at `dir/host.sock`, for anyone.
+fn listen_in(dir: &std::path::Path) -> UnixListener {
     let socket = dir.join("host.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
     listener.set_nonblocking(true).unwrap();
+    listener
+}
+
+/// Whether a connection waits at `listener` (answered, so the probe ends).
+fn reached(listener: &UnixListener) -> bool {
+    match listener.accept() {
+        Ok((mut stream, _)) => {
+            let _ = stream.write_all(b"reached\n");
+            true
+        }
+        Err(e) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_workspace_links_over_its_socket_and_a_lent_directory_reaches_no_host_socket() {
+    let srv = TestServer::with_docker_mode(Mode::Gvisor).await;
+
+    let (fresh, fresh_path) = srv.session().await;
+    assert_eq!(runtime_of(&fresh), sandboxd::sandbox::runsc::LINKED);
+    let ran = run(&srv.client, &fresh, SUPERVISOR, 10_000).await;
+    assert!(ran.stdout().contains(" --connect "), "{}", ran.stdout());
+    // What that runtime opens, shown by the probe: a socket of the host in
+    // the workspace is reached (only root can put one there: it lies in
+    // the service's private state directory).
+    let listener = listen_in(&fresh_path);
+    let ran = run(&srv.client, &fresh, PROBE, 20_000).await;
+    assert_eq!(ran.stdout(), "connected\n", "{}", ran.stderr());
+    assert!(reached(&listener));
+
+    // A program of the host listens in a directory lent to a session.
+    let dir = srv.allowed_root.path().join("proj");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let listener = listen_in(&dir);
     let lent = srv
         .client
         .clone()
@@ -59,21 +91,13 @@ async fn a_fresh_workspace_links_over_its_socket_and_a_lent_directory_reaches_no
     assert_eq!(runtime_of(&lent), sandboxd::sandbox::runsc::NAME);
     let ran = run(&srv.client, &lent, SUPERVISOR, 10_000).await;
     assert!(!ran.stdout().contains("--connect"), "{}", ran.stdout());
-
-    let reach = "test -S /workspace/host.sock && echo seen; python3 -c '\
-        import socket; s = socket.socket(socket.AF_UNIX); \
-        s.connect(\"/workspace/host.sock\"); print(\"connected\")'";
-    let ran = run(&srv.client, &lent, reach, 20_000).await;
-    assert!(ran.stdout().starts_with("seen\n"), "{}", ran.stdout());
+    let ran = run(&srv.client, &lent, PROBE, 20_000).await;
     assert!(!ran.stdout().contains("connected"), "{}", ran.stdout());
     assert_ne!(ran.exit.exit_code, 0, "{}", ran.stderr());
     assert!(ran.stderr().contains("Error"), "{}", ran.stderr());
-    match listener.accept() {
-        Ok((mut stream, _)) => {
-            let _ = stream.write_all(b"reached\n");
-            panic!("a command reached a socket of the host in its lent directory");
-        }
-        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
-    }
+    assert!(
+        !reached(&listener),
+        "a command reached a socket of the host in its lent directory"
+    );
     srv.stop().await;
 }

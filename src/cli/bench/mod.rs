@@ -212,7 +212,7 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
             peer::figures(&client, &project, args.samples, &mut rows).await?;
         }
         if named("gvisor") {
-            gvisor::figure(&docker, args.samples, &mut rows).await?;
+            gvisor::figure(&docker, args.samples, &mut rows, &mut sections).await?;
         }
         if named("workload") {
             settle().await;

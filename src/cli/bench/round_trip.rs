@@ -218,11 +218,16 @@ fn breakdown(
 
 /// The stages of `profiles` (each a sample's marks), as a Markdown table.
 pub(super) fn stage_table(profiles: &[Vec<(&'static str, u64)>]) -> String {
-    // Offsets from the client's send, per stage, over all samples.
+    stage_table_from(profiles, "client: call sent")
+}
+
+/// [`stage_table`], its times from the stage `anchor` of each sample.
+pub(super) fn stage_table_from(profiles: &[Vec<(&'static str, u64)>], anchor: &str) -> String {
+    // Offsets from the anchor, per stage, over all samples.
     let mut at: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut steps: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for marks in profiles {
-        let Some(&(_, t0)) = marks.iter().find(|m| m.0 == "client: call sent") else {
+        let Some(&(_, t0)) = marks.iter().find(|m| m.0 == anchor) else {
             continue;
         };
         let mut marks = marks.clone();
