@@ -83,7 +83,7 @@ impl Target {
 #[derive(Debug, Subcommand)]
 pub enum Verb {
     /// Run a shell command in the session's container, streaming its
-    /// output; exits with the command's exit code (124 on timeout).
+    /// output; exits with the command's exit code (124 on timeout, 125 when its result is unknown).
     // Listed right after `serve` (see `super::Command`).
     #[command(display_order = 1)]
     Run {

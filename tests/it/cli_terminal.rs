@@ -268,6 +268,26 @@ async fn command_output_cannot_forge_the_exit_line_on_a_terminal() {
     assert_eq!(exit_lines, ["[exit 3 in 42 ms]"]);
 }
 
+/// A command whose container was killed under it has no known result
+/// (exit code -1): the CLI never exits 0 for it, whatever the command
+/// meant to exit with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_result_is_never_success() {
+    let event = |e| pb::RunCommandEvent { event: Some(e) };
+    let addr = replay_run_command(vec![
+        event(Event::Started(pb::CommandStarted::default())),
+        event(Event::Exit(pb::CommandExit {
+            exit_code: -1,
+            killed_by: pb::KilledBy::Container.into(),
+            notes: vec!["the sandbox's container died while the command ran".into()],
+            ..Default::default()
+        })),
+    ])
+    .await;
+    let out = piped(&client_args(addr, "s-1", &["run", "exit 0"]));
+    assert_eq!(out.status.code(), Some(125));
+}
+
 /// Starts a server that answers every call as RunCommand, replaying
 /// `events`; returns its address. It serves until the test's runtime ends.
 async fn replay_run_command(events: Vec<pb::RunCommandEvent>) -> SocketAddr {

@@ -15,6 +15,11 @@ use super::{SessionCommand, Target, Verb};
 
 /// Exit code of `run` when the command timed out (as timeout(1) exits).
 const EXIT_TIMED_OUT: u8 = 124;
+/// What `run` exits with when the command's result is unknown (its
+/// container was killed under it, or the link to its supervisor was lost):
+/// never 0, and never a code the command itself could have chosen to look
+/// like success.
+const EXIT_UNKNOWN: u8 = 125;
 
 /// Runs one client verb against `target` (or the service found on this
 /// machine), printing through a [`Console`] over stdout and stderr. Without
@@ -356,8 +361,10 @@ async fn run_streaming(
                 print::exit(con, &exit);
                 let code = if exit.timed_out {
                     EXIT_TIMED_OUT
+                } else if exit.exit_code < 0 {
+                    EXIT_UNKNOWN
                 } else {
-                    exit.exit_code.clamp(0, 255) as u8
+                    exit.exit_code.min(255) as u8
                 };
                 return Ok(ExitCode::from(code));
             }
