@@ -10,8 +10,6 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 
-use sandboxd::pb;
-
 use crate::common::{Mode, TestServer, containers_labelled, run};
 
 /// The engine runtime of session `sid`'s container (docker CLI).
@@ -77,17 +75,7 @@ async fn a_fresh_workspace_links_over_its_socket_and_a_lent_directory_reaches_no
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let listener = listen_in(&dir);
-    let lent = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: dir.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let lent = srv.lend(&dir).await.session_id;
     assert_eq!(runtime_of(&lent), sandboxd::sandbox::runsc::NAME);
     let ran = run(&srv.client, &lent, SUPERVISOR, 10_000).await;
     assert!(!ran.stdout().contains("--connect"), "{}", ran.stdout());

@@ -39,19 +39,6 @@ fn root_checkout(repo: &Path) {
     );
 }
 
-/// CreateSession over the existing directory `dir`.
-async fn lend(srv: &TestServer, dir: &Path) -> pb::Session {
-    srv.client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: dir.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
 /// Every (uid, path) under `dir` whose owner is not root, `.git` included.
 fn not_roots(dir: &Path) -> Vec<(u32, String)> {
     let mut found = Vec::new();
@@ -80,7 +67,7 @@ async fn git_works_in_a_checkout_owned_by_another_user() {
     let repo = srv.allowed_root.path().join("repo");
     root_checkout(&repo);
     std::fs::write(repo.join("calc.py"), "def add(a, b):\n    return a + b\n").unwrap();
-    let s = lend(&srv, &repo).await;
+    let s = srv.lend(&repo).await;
     let ran = run(
         &srv.client,
         &s.session_id,
@@ -110,7 +97,7 @@ async fn commands_write_a_root_owned_checkout_and_what_they_make_stays_roots() {
     let srv = TestServer::with_docker().await;
     let repo = srv.allowed_root.path().join("repo");
     root_checkout(&repo);
-    let s = lend(&srv, &repo).await;
+    let s = srv.lend(&repo).await;
     assert!(s.notes.is_empty(), "{:?}", s.notes);
     // What pytest does with its cache, without pytest (not in the image).
     let pytest_cache = "import json, os\n\
@@ -197,7 +184,7 @@ async fn a_root_checkout_that_cannot_be_idmapped_still_opens_and_says_why() {
     }
     let _unmount = Unmount(&dir);
     std::fs::write(dir.join("calc.py"), "x = 1\n").unwrap();
-    let s = lend(&srv, &dir).await;
+    let s = srv.lend(&dir).await;
     assert_eq!(s.notes.len(), 1, "{:?}", s.notes);
     let note = &s.notes[0];
     assert!(
@@ -267,7 +254,7 @@ async fn a_read_only_noexec_checkout_stays_so_for_its_commands() {
     mount(&["--bind", source.to_str().unwrap(), repo.to_str().unwrap()]);
     let bound = Bound(repo.clone());
     mount(&["-o", "remount,bind,ro,noexec", repo.to_str().unwrap()]);
-    let s = lend(&srv, &repo).await;
+    let s = srv.lend(&repo).await;
     let ran = run(
         &srv.client,
         &s.session_id,

@@ -59,14 +59,7 @@ fn container_sessions(srv: &TestServer) -> Vec<String> {
 }
 
 async fn lend(srv: &TestServer, dir: &Path) -> Result<pb::Session, tonic::Status> {
-    srv.client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: dir.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner())
+    srv.try_lend(dir).await
 }
 
 /// The mount options of `/workspace` as the session's commands see it.

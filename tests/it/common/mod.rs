@@ -232,6 +232,23 @@ impl TestServer {
         (s.session_id, s.workspace_path.into())
     }
 
+    /// Opens a session over the existing directory `dir`.
+    pub async fn lend(&self, dir: &Path) -> pb::Session {
+        self.try_lend(dir).await.unwrap()
+    }
+
+    /// CreateSession over the existing directory `dir`, as answered.
+    pub async fn try_lend(&self, dir: &Path) -> Result<pb::Session, tonic::Status> {
+        self.client
+            .clone()
+            .create_session(pb::CreateSessionRequest {
+                workspace_path: dir.display().to_string(),
+                ..Default::default()
+            })
+            .await
+            .map(|r| r.into_inner())
+    }
+
     /// Opens a session over a fresh workspace with `policy`; returns (id,
     /// host path).
     pub async fn session_with(&self, policy: pb::Policy) -> (String, std::path::PathBuf) {

@@ -184,17 +184,7 @@ async fn no_host_user_can_reach_a_running_command() {
     )
     .unwrap();
     let (fresh, _) = srv.session().await;
-    let lent = srv
-        .client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: repo.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .session_id;
+    let lent = srv.lend(&repo).await.session_id;
     for sid in [&fresh, &lent] {
         let before = processes_of(common::UID);
         run(

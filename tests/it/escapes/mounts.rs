@@ -14,14 +14,7 @@ use sandboxd::pb;
 
 /// A session over the existing directory `dir` (under the allowed root).
 async fn lent_session(srv: &TestServer, dir: &Path) -> Result<String, tonic::Status> {
-    srv.client
-        .clone()
-        .create_session(pb::CreateSessionRequest {
-            workspace_path: dir.display().to_string(),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner().session_id)
+    srv.try_lend(dir).await.map(|s| s.session_id)
 }
 
 /// A directory outside every allowed root, holding a secret, as the
