@@ -61,6 +61,8 @@ pub struct DockerRuntime {
     /// Whether the engine has [`runsc::LINKED`]: asked once, or told by
     /// [`runsc::ensure_registered`].
     linked_runsc: std::sync::Mutex<Option<bool>>,
+    /// The counter files of containers commands ran in, kept open.
+    counters: cgroup::Counters,
 }
 
 /// A container runtime as the engine has it configured.
@@ -90,6 +92,7 @@ impl DockerRuntime {
             doomed: Arc::default(),
             retrying: Arc::default(),
             linked_runsc: std::sync::Mutex::default(),
+            counters: cgroup::Counters::default(),
         }
     }
 
@@ -383,6 +386,7 @@ impl Runtime for DockerRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), Error> {
+        self.counters.forget(id);
         let removed = match self.client().await {
             Ok(docker) => remove(docker, id).await,
             Err(e) => Err(e),
@@ -451,11 +455,11 @@ impl Runtime for DockerRuntime {
     }
 
     async fn oom_kills(&self, container: &str) -> Option<u64> {
-        cgroup::oom_kills(container)
+        self.counters.oom_kills(container)
     }
 
     async fn pids_refusals(&self, container: &str) -> Option<u64> {
-        cgroup::pids_refusals(container)
+        self.counters.pids_refusals(container)
     }
 
     async fn kill_now(&self, container: &str) -> bool {

@@ -17,6 +17,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use sandboxd::pb;
 
+use super::round_trip::{get_session, paused_floor};
 use super::{AnyError, Client, QUIET, Row, close, ms, new_session, run_cmd, stats, verdict};
 
 /// The peer's image, built once from the default image.
@@ -93,7 +94,7 @@ async fn measure(
         peer!(driver.time(exec.clone()).await);
         run_cmd(client, &sid, "true").await?;
     }
-    let (mut ours, mut theirs) = (vec![], vec![]);
+    let (mut ours, mut theirs, mut unary) = (vec![], vec![], vec![]);
     for i in 0..n {
         for side in [i % 2, 1 - i % 2] {
             tokio::time::sleep(QUIET).await;
@@ -101,16 +102,30 @@ async fn measure(
                 let t = Instant::now();
                 run_cmd(client, &sid, "true").await?;
                 ours.push(t.elapsed());
+                tokio::time::sleep(QUIET).await;
+                let t = Instant::now();
+                get_session(client, &sid).await?;
+                unary.push(t.elapsed());
             } else {
                 theirs.push(peer!(driver.time(exec.clone()).await));
             }
         }
     }
+    let paused = paused_floor(client, &sid).await?;
     close(client, sid).await?;
     peer!(driver.time(json!({"op": "stop"})).await);
     let figure =
         "RunCommand `true`, warm session, against SWE-ReX 1.4 execute in a started runtime";
     let mut rows = vec![row(figure, &ours, &label("execute `true`"), &theirs, 0.33)];
+    if let Some(paused) = paused {
+        // What no service that starts a shell per command goes below here.
+        let bare: Vec<Duration> = (0..unary.len().min(paused.len()))
+            .map(|i| unary[i] + paused[i])
+            .collect();
+        let figure = "GetSession plus a bare `/bin/sh -c true` spawned after the same pause \
+                      (in the session's container), against SWE-ReX 1.4 execute";
+        rows.push(row(figure, &bare, &label("execute `true`"), &theirs, 0.0));
+    }
 
     let (mut our_close, mut their_stop) = (vec![], vec![]);
     for (dir, figure, what) in [

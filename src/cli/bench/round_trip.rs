@@ -21,6 +21,9 @@ use super::{
 const FLOOR_SPAWNS: usize = 200;
 const FLOOR_BATCHES: usize = 7;
 
+/// Spawns per batch of the paused floor (each after a [`QUIET`] pause).
+const PAUSED_SPAWNS: usize = 60;
+
 /// The round-trip rows, and the breakdown section.
 pub(super) async fn round_trip(
     client: &Client,
@@ -39,6 +42,7 @@ pub(super) async fn round_trip(
         docker.raw_exec(&container, &["true"]).await?;
     }
     let mut floor = spawn_floor(client, &sid).await?;
+    let mut paused = paused_floor(client, &sid).await?;
     let (mut ours, mut unary, mut raw, mut cli) = (vec![], vec![], vec![], vec![]);
     let mut profiles = Vec::new();
     for i in 0..n {
@@ -87,6 +91,9 @@ pub(super) async fn round_trip(
         hot_unary.push(t.elapsed());
     }
     floor.extend(spawn_floor(client, &sid).await?);
+    if let (Some(p), Some(more)) = (&mut paused, paused_floor(client, &sid).await?) {
+        p.extend(more);
+    }
     let floor = median(&mut floor);
     let (o, u, r, c) = (stats(&ours), stats(&unary), stats(&raw), stats(&cli));
     let (h, hu) = (stats(&hot), stats(&hot_unary));
@@ -97,6 +104,9 @@ pub(super) async fn round_trip(
         hu,
         floor,
     ));
+    if let Some(paused) = paused {
+        rows.push(against_paused_floor(o, u, stats(&paused), floor));
+    }
     rows.push(Row {
         figure: "RunCommand `true` vs a raw Engine API exec".into(),
         ours: ms(o.p50),
@@ -147,6 +157,35 @@ fn against_floor(how: &str, ours: Stats, unary: Stats, floor: Duration) -> Row {
     }
 }
 
+/// The round-trip row's samples against what the same spawn costs on its
+/// own after the same pause: GetSession plus `/bin/sh -c true` started
+/// (as the supervisor does, with a vfork-like clone) and waited for 25 ms
+/// after the one before, in the session's container.
+fn against_paused_floor(ours: Stats, unary: Stats, paused: Stats, floor: Duration) -> Row {
+    let bare = unary.p50 + paused.p50;
+    Row {
+        figure: "RunCommand `true`, warm session, against a bare spawn after the same pause".into(),
+        ours: ms(ours.p50),
+        baseline: format!(
+            "GetSession {} + `/bin/sh -c true` spawned after a 25 ms pause {} / {} / {} \
+             ({:.2}x the back-to-back floor {}): {}",
+            ms(unary.p50),
+            ms(paused.p50),
+            ms(paused.p90),
+            ms(paused.p99),
+            paused.p50.as_secs_f64() / floor.as_secs_f64(),
+            ms(floor),
+            ms(bare)
+        ),
+        ratio: format!(
+            "{:.2}x ({} over it)",
+            ours.p50.as_secs_f64() / bare.as_secs_f64(),
+            ms(ours.p50.saturating_sub(bare))
+        ),
+        target: "for reference".into(),
+    }
+}
+
 pub(super) async fn get_session(client: &Client, sid: &str) -> Result<(), AnyError> {
     client
         .clone()
@@ -178,6 +217,34 @@ pub(super) async fn spawn_floor(client: &Client, sid: &str) -> Result<Vec<Durati
         out.push(Duration::from_nanos(ns));
     }
     Ok(out)
+}
+
+/// Per-spawn times of `/bin/sh -c true` started with `posix_spawn` (a
+/// vfork-like clone, as the supervisor's) and waited for by a Python loop
+/// in the session's container, each after a [`QUIET`] pause, as every
+/// round-trip sample comes; `None` where the image has no python3.
+pub(super) async fn paused_floor(
+    client: &Client,
+    sid: &str,
+) -> Result<Option<Vec<Duration>>, AnyError> {
+    let script = format!(
+        "command -v python3 >/dev/null || exit 0; exec python3 -c '\
+import os, time
+for _ in range({PAUSED_SPAWNS}):
+    time.sleep({pause})
+    t = time.perf_counter_ns()
+    os.waitpid(os.posix_spawn(\"/bin/sh\", [\"/bin/sh\", \"-c\", \"true\"], os.environ), 0)
+    print(time.perf_counter_ns() - t)'",
+        pause = QUIET.as_secs_f64()
+    );
+    let exit = run_cmd(client, sid, &script).await?;
+    let text = exit.stdout.map(|s| s.text).unwrap_or_default();
+    let spawns = text
+        .lines()
+        .map(|l| l.trim().parse().map(Duration::from_nanos))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| format!("the paused spawn loop printed {text:?}"))?;
+    Ok((!spawns.is_empty()).then_some(spawns))
 }
 
 pub(super) fn median(v: &mut [Duration]) -> Duration {

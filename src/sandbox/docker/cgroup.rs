@@ -5,6 +5,10 @@
 //! Wherever the daemon's cgroup driver and version put the container: under
 //! a cgroup v1 controller, or in the unified v2 hierarchy.
 
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long a v1 freezer may take to freeze a container before the kill
@@ -16,43 +20,104 @@ fn is_id(id: &str) -> bool {
     !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Reads a counter of the container's cgroup (`key N` in `file`), wherever
-/// the daemon's cgroup driver and version put it: under the cgroup v1
-/// controller `v1` or in the unified v2 hierarchy. Only works when the
-/// service shares the daemon's host (the usual case); `None` otherwise. A
-/// sysfs read is a memory copy, so it is done inline.
-fn cgroup_counter(id: &str, v1: &str, v1_file: &str, v2_file: &str, key: &str) -> Option<u64> {
-    if !is_id(id) {
-        return None;
+/// The counter files of the containers commands ran in, kept open: a
+/// command's exit reads two of them before and after it, and a `pread` of
+/// an open sysfs file costs a microsecond where opening it by its path
+/// (six components, on a cold cache after a pause) cost tens. Entries go
+/// when their container is removed; a file whose cgroup went (the
+/// container stopped) fails its read and is opened again.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    open: Mutex<HashMap<String, Arc<Files>>>,
+}
+
+/// One container's open counter files.
+#[derive(Debug, Default)]
+struct Files {
+    oom: Option<File>,
+    pids: Option<File>,
+}
+
+/// More containers than a host runs at once: past it, the cache starts
+/// over rather than keep files of containers removed behind its back.
+const MAX_OPEN: usize = 4096;
+
+impl Counters {
+    /// How many processes of container `id` the OOM killer has ended.
+    pub(super) fn oom_kills(&self, id: &str) -> Option<u64> {
+        self.read(id, |f| f.oom.as_ref(), "oom_kill")
     }
-    let candidates = [
-        format!("/sys/fs/cgroup/{v1}/docker/{id}/{v1_file}"),
-        format!("/sys/fs/cgroup/{v1}/system.slice/docker-{id}.scope/{v1_file}"),
-        format!("/sys/fs/cgroup/docker/{id}/{v2_file}"),
-        format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/{v2_file}"),
-    ];
-    candidates.iter().find_map(|path| {
-        let text = std::fs::read_to_string(path).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
-            .and_then(|n| n.trim().parse().ok())
-    })
+
+    /// How many forks container `id`'s pids limit has refused.
+    pub(super) fn pids_refusals(&self, id: &str) -> Option<u64> {
+        self.read(id, |f| f.pids.as_ref(), "max")
+    }
+
+    /// Closes container `id`'s files: it is removed.
+    pub(super) fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Files>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads `key N` from the file `which` picks, opening the container's
+    /// files first if they are not open, and again once if the read fails.
+    fn read(&self, id: &str, which: fn(&Files) -> Option<&File>, key: &str) -> Option<u64> {
+        if !is_id(id) {
+            return None;
+        }
+        let cached = self.lock().get(id).cloned();
+        if let Some(files) = cached {
+            if let Some(n) = which(&files).and_then(|f| counter(f, key)) {
+                return Some(n);
+            }
+        }
+        let files = Arc::new(Files::open(id));
+        let n = which(&files).and_then(|f| counter(f, key));
+        let mut open = self.lock();
+        if open.len() >= MAX_OPEN {
+            open.clear();
+        }
+        open.insert(id.to_string(), files);
+        n
+    }
 }
 
-/// How many processes of the container the OOM killer has ended.
-pub(super) fn oom_kills(id: &str) -> Option<u64> {
-    cgroup_counter(
-        id,
-        "memory",
-        "memory.oom_control",
-        "memory.events",
-        "oom_kill",
-    )
+impl Files {
+    /// Container `id`'s counter files, wherever the daemon's cgroup driver
+    /// and version put them: under the cgroup v1 controllers or in the
+    /// unified v2 hierarchy. Only there when the service shares the
+    /// daemon's host (the usual case).
+    fn open(id: &str) -> Files {
+        let first = |v1: &str, v1_file: &str, v2_file: &str| {
+            [
+                format!("/sys/fs/cgroup/{v1}/docker/{id}/{v1_file}"),
+                format!("/sys/fs/cgroup/{v1}/system.slice/docker-{id}.scope/{v1_file}"),
+                format!("/sys/fs/cgroup/docker/{id}/{v2_file}"),
+                format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/{v2_file}"),
+            ]
+            .iter()
+            .find_map(|path| File::open(path).ok())
+        };
+        Files {
+            oom: first("memory", "memory.oom_control", "memory.events"),
+            pids: first("pids", "pids.events", "pids.events"),
+        }
+    }
 }
 
-/// How many forks the container's pids limit has refused.
-pub(super) fn pids_refusals(id: &str) -> Option<u64> {
-    cgroup_counter(id, "pids", "pids.events", "pids.events", "max")
+/// The counter `key N` of the open sysfs file `file`, read whole from its
+/// start (a sysfs file renders anew on a read at offset 0).
+fn counter(file: &File, key: &str) -> Option<u64> {
+    let mut buf = [0u8; 512];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    std::str::from_utf8(&buf[..n])
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// Sends SIGKILL to every process of container `id` at once, from the
