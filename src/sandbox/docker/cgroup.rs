@@ -69,10 +69,8 @@ impl Counters {
             return None;
         }
         let cached = self.lock().get(id).cloned();
-        if let Some(files) = cached {
-            if let Some(n) = which(&files).and_then(|f| counter(f, key)) {
-                return Some(n);
-            }
+        if let Some(n) = cached.and_then(|files| which(&files).and_then(|f| counter(f, key))) {
+            return Some(n);
         }
         let files = Arc::new(Files::open(id));
         let n = which(&files).and_then(|f| counter(f, key));
@@ -167,4 +165,35 @@ pub(super) fn kill_all(id: &str) -> bool {
         return frozen && thawed;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_is_read_whole_from_the_start_each_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory.oom_control");
+        std::fs::write(&path, "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n").unwrap();
+        let file = File::open(&path).unwrap();
+        assert_eq!(counter(&file, "oom_kill"), Some(3));
+        // Not `oom_kill_disable`: the key is followed by a space.
+        assert_eq!(counter(&file, "under_oom"), Some(0));
+        std::fs::write(&path, "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n").unwrap();
+        assert_eq!(
+            counter(&file, "oom_kill"),
+            Some(4),
+            "read again from offset 0"
+        );
+        assert_eq!(counter(&file, "max"), None);
+    }
+
+    #[test]
+    fn no_counter_for_a_name_that_is_not_a_container_id() {
+        let counters = Counters::default();
+        assert_eq!(counters.pids_refusals("../../etc"), None);
+        assert_eq!(counters.oom_kills(""), None);
+        assert!(counters.lock().is_empty(), "nothing opened or kept");
+    }
 }
