@@ -10,7 +10,7 @@
 //! engine fails to remove is kept in a list and removal retried, with
 //! growing pauses, until the engine removes it: it is never forgotten.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +26,6 @@ use tokio::sync::{Mutex, OnceCell};
 
 use super::build::{BuildSpec, BuildStream, ImageInfo};
 use super::image;
-use super::runsc;
 use super::{ContainerSpec, Error, ExecSpec, ExecState, InputSink, Output, OutputStream, Runtime};
 
 mod builds;
@@ -34,8 +33,11 @@ mod cgroup;
 mod create;
 mod default_image;
 mod removals;
+mod runtimes;
 
 use removals::remove;
+
+pub use runtimes::EngineRuntime;
 
 pub use builds::{BRIDGE as BUILD_BRIDGE, NETWORK as BUILD_NETWORK};
 
@@ -63,15 +65,6 @@ pub struct DockerRuntime {
     linked_runsc: std::sync::Mutex<Option<bool>>,
     /// The counter files of containers commands ran in, kept open.
     counters: cgroup::Counters,
-}
-
-/// A container runtime as the engine has it configured.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineRuntime {
-    /// Its program.
-    pub path: String,
-    /// The arguments the engine passes it.
-    pub args: Vec<String>,
 }
 
 impl DockerRuntime {
@@ -121,63 +114,6 @@ impl DockerRuntime {
     /// local socket).
     pub fn host(&self) -> Option<&str> {
         self.host.as_deref()
-    }
-
-    /// The container runtimes the engine knows (`runc`, `runsc`...), by
-    /// name.
-    pub async fn runtimes(&self) -> Result<BTreeMap<String, EngineRuntime>, Error> {
-        let info = self
-            .client()
-            .await?
-            .info()
-            .await
-            .map_err(|e| Error::Connect(e.to_string()))?;
-        Ok(info
-            .runtimes
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, rt)| {
-                let runtime = EngineRuntime {
-                    path: rt.path.unwrap_or_default(),
-                    args: rt.runtime_args.unwrap_or_default(),
-                };
-                (name, runtime)
-            })
-            .collect())
-    }
-
-    /// Records whether the engine has [`runsc::LINKED`].
-    pub(super) fn set_linked_runsc(&self, present: bool) {
-        *self.linked_runsc.lock().unwrap_or_else(|e| e.into_inner()) = Some(present);
-    }
-
-    /// The engine runtime a container of `spec` runs under: gVisor's
-    /// with host Unix sockets open where its mounts hold none of the
-    /// host's but its supervisor's (a workspace the service made), so the
-    /// supervisor reaches its socket without the engine in between; the
-    /// one asked for otherwise.
-    async fn runtime_for(&self, spec: &ContainerSpec) -> Option<String> {
-        let asked = spec.runtime.as_deref()?;
-        if asked != runsc::NAME
-            || spec.workspace_lent
-            || spec.workspace_slot
-            || spec.socket_dir.is_none()
-        {
-            return Some(asked.to_string());
-        }
-        let known = *self.linked_runsc.lock().unwrap_or_else(|e| e.into_inner());
-        let linked = match known {
-            Some(linked) => linked,
-            None => match self.runtimes().await {
-                Ok(all) => {
-                    let linked = all.get(runsc::LINKED).is_some_and(runsc::is_linked);
-                    self.set_linked_runsc(linked);
-                    linked
-                }
-                Err(_) => false,
-            },
-        };
-        Some(if linked { runsc::LINKED } else { runsc::NAME }.to_string())
     }
 
     /// One plain Engine API exec run to its end (create, start attached,
