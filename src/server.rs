@@ -189,9 +189,9 @@ impl std::fmt::Debug for TlsIdentity {
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Descriptors kept for everything but connections (workspaces, engine
-/// calls, journals, supervisor sockets) when the open files limit is what
-/// bounds the connections.
-const SPARE_FDS: u64 = 1024;
+/// calls, journals, supervisor sockets, up to 1024 cgroup counter files)
+/// when the open files limit is what bounds the connections.
+const SPARE_FDS: u64 = 2048;
 
 /// How often an idle connection is pinged, and how long its answer may
 /// take: a peer that vanished without closing is dropped.

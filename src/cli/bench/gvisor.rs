@@ -8,11 +8,12 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use sandboxd::profile;
 use sandboxd::sandbox::docker::DockerRuntime;
 use sandboxd::sandbox::runsc;
 
-use super::round_trip::{get_session, median, spawn_floor, stage_table, stage_table_from};
+use super::round_trip::{
+    get_session, median, spawn_floor, stage_table, stage_table_from, timed_run,
+};
 use super::{AnyError, Client, QUIET, Row, Section, ms, new_session, run_cmd, stats, verdict};
 
 /// The gVisor row.
@@ -50,17 +51,7 @@ async fn measure(client: &Client, n: usize) -> Result<(Row, Section), AnyError> 
     let (mut ours, mut unary, mut profiles) = (vec![], vec![], vec![]);
     for i in 0..n {
         tokio::time::sleep(QUIET).await;
-        let profiled = i % 2 == 1;
-        profile::record(profiled);
-        let t = Instant::now();
-        profile::mark("client: call sent");
-        run_cmd(client, &sid, "true").await?;
-        profile::mark("client: exit received");
-        ours.push(t.elapsed());
-        profile::record(false);
-        if profiled {
-            profiles.push(profile::take());
-        }
+        timed_run(client, &sid, i % 2 == 1, &mut ours, &mut profiles).await?;
         tokio::time::sleep(QUIET).await;
         let t = Instant::now();
         get_session(client, &sid).await?;

@@ -60,20 +60,9 @@ pub(super) async fn round_trip(
                 unary.push(t.elapsed());
                 continue;
             }
-            // Every other sample of ours is profiled (as many going first
-            // as second), so the marks' own cost (a lock and a push each)
-            // can be seen against the plain ones.
-            let profiled = i % 4 >= 2;
-            profile::record(profiled);
-            let t = Instant::now();
-            profile::mark("client: call sent");
-            run_cmd(client, &sid, "true").await?;
-            profile::mark("client: exit received");
-            ours.push(t.elapsed());
-            profile::record(false);
-            if profiled {
-                profiles.push(profile::take());
-            }
+            // Every other sample of ours is profiled, as many going first
+            // as second.
+            timed_run(client, &sid, i % 4 >= 2, &mut ours, &mut profiles).await?;
         }
         tokio::time::sleep(QUIET).await;
         let t = Instant::now();
@@ -192,6 +181,29 @@ fn against_paused_floor(ours: Stats, unary: Stats, paused: Stats, floor: Duratio
         ),
         target: "for reference".into(),
     }
+}
+
+/// One RunCommand `true` sample, its time pushed on `ours`; with
+/// `profiled`, its marks on `profiles` (every other sample is, so the
+/// marks' own cost, a lock and a push each, shows against the plain ones).
+pub(super) async fn timed_run(
+    client: &Client,
+    sid: &str,
+    profiled: bool,
+    ours: &mut Vec<Duration>,
+    profiles: &mut Vec<Vec<(&'static str, u64)>>,
+) -> Result<(), AnyError> {
+    profile::record(profiled);
+    let t = Instant::now();
+    profile::mark("client: call sent");
+    let ran = run_cmd(client, sid, "true").await;
+    profile::mark("client: exit received");
+    ours.push(t.elapsed());
+    profile::record(false);
+    if profiled {
+        profiles.push(profile::take());
+    }
+    ran.map(drop)
 }
 
 pub(super) async fn get_session(client: &Client, sid: &str) -> Result<(), AnyError> {

@@ -38,9 +38,11 @@ struct Files {
     pids: Option<File>,
 }
 
-/// More containers than a host runs at once: past it, the cache starts
-/// over rather than keep files of containers removed behind its back.
-const MAX_OPEN: usize = 4096;
+/// Containers whose files are kept (two each): past it, the cache starts
+/// over, so files of containers removed behind its back do not pile up
+/// and the service's descriptors stay bounded (see `SPARE_FDS` in the
+/// server). Twice the default session limit: a full service keeps them.
+const MAX_OPEN: usize = 512;
 
 impl Counters {
     /// How many processes of container `id` the OOM killer has ended.
