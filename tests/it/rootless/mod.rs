@@ -68,10 +68,15 @@ impl User {
         }
     }
 
-    /// `program args` run as this user, with a plain environment.
+    /// `program args` run as this user (with its groups), with a plain
+    /// environment. `setpriv` and `env` exec what follows, so the child is
+    /// `program` itself: a signal to it reaches the program (runuser would
+    /// stay in between, and a SIGKILL would leave the program running).
     pub fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new("runuser");
-        cmd.args(["-u", &self.name, "--"])
+        let mut cmd = Command::new("setpriv");
+        cmd.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--init-groups", "--"])
             .arg("env")
             .arg("-i")
             .arg(format!("HOME={}", self.home.display()))
