@@ -60,8 +60,9 @@ pub struct DockerRuntime {
     doomed: Arc<std::sync::Mutex<BTreeSet<String>>>,
     /// The task retrying them runs.
     retrying: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether the engine has [`runsc::LINKED`]: asked once, or told by
-    /// [`runsc::ensure_registered`].
+    /// Whether the engine has gVisor's linked entry
+    /// ([`crate::sandbox::runsc::LINKED`]): asked once, or told by
+    /// [`crate::sandbox::runsc::ensure_registered`].
     linked_runsc: std::sync::Mutex<Option<bool>>,
     /// The counter files of containers commands ran in, kept open.
     counters: cgroup::Counters,
