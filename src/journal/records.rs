@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use super::ProcessRecord;
+use super::processes::ProcessRecord;
 use crate::sandbox::KilledBy;
 
 /// One call.
