@@ -65,6 +65,7 @@ mod idmap;
 mod pin;
 mod slot;
 
+pub use found::handle_of;
 pub use slot::Lendable;
 mod sweep;
 #[cfg(test)]
@@ -191,6 +192,11 @@ pub struct Volume {
     quota: Option<Quota>,
     /// What the session must tell its callers about this volume.
     note: Option<String>,
+    /// What a lent directory's pin is made from at each container start.
+    source: Option<Arc<pin::Source>>,
+    /// The slot's own mount, while a pin lies on it for a warm container
+    /// (see [`Volume::settle`]).
+    slot: Option<OwnedFd>,
 }
 
 impl Volumes {
@@ -461,16 +467,46 @@ impl Volume {
     /// Lets go of the volume and keeps everything in it: the service
     /// stops, and the session comes back at its next start
     /// ([`Volumes::reopen_fresh`], [`Volumes::repin`]). A fresh
-    /// workspace's filesystem is unmounted; a pin stays mounted (in the
-    /// service's own directory), so that the next start finds the lent
-    /// directory where the session had it, whatever became of its path
-    /// meanwhile ([`Volumes::pinned_path`]); that start replaces it.
+    /// workspace's filesystem is unmounted, and so is anything still
+    /// mounted at a pin: nothing of a user's directory stays where a
+    /// removal of the state directory would reach it. The next start finds
+    /// the directory by its file handle ([`Volumes::found_path`]).
     /// Blocking.
     pub fn release(&self) -> io::Result<()> {
-        if matches!(self.kind, Kind::Filesystem) {
+        if matches!(self.kind, Kind::Filesystem | Kind::Pin) {
             unmount(&self.path)?;
         }
         Ok(())
+    }
+
+    /// What mounts a lent directory's pin for each container start and
+    /// takes it away after (see [`crate::sandbox::WorkspaceMount`]); `None`
+    /// for a volume that is always in place.
+    pub fn engine_mount(&self) -> Option<Arc<dyn crate::sandbox::WorkspaceMount>> {
+        let source = self.source.as_ref()?;
+        Some(Arc::new(pin::PinMount {
+            inner: Arc::clone(&self.inner),
+            id: self.id.clone(),
+            identity: self.identity,
+            source: Arc::clone(source),
+        }))
+    }
+
+    /// Takes a pin lent on a slot off the host, once the warm container
+    /// binding the slot has confirmed it: the slot is made private first,
+    /// so that unmounting it and the pin on it reaches no container, and
+    /// the container keeps both. From then on the pin is mounted only
+    /// for container starts, as a cold one. Blocking.
+    pub fn settle(&mut self) -> io::Result<()> {
+        let Some(slot) = self.slot.take() else {
+            return Ok(());
+        };
+        rustix::mount::mount_change(
+            proc_fd_path(&slot),
+            rustix::mount::MountPropagationFlags::PRIVATE,
+        )?;
+        drop(slot);
+        unmount(&self.path)
     }
 
     /// Best-effort removal on an error path.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::supervisor::host::{Link, Supervised};
 use super::{
     CommandSpec, ContainerSpec, Error, Event, ExitReport, KilledBy, LimitHints, Runtime,
-    exec_fallback, supervisor,
+    WorkspaceMount, exec_fallback, supervisor,
 };
 
 /// The container of one session: started on demand, replaced after a hard
@@ -30,6 +30,32 @@ enum LinkState {
     /// It could not be started in this container: its commands run as
     /// plain execs.
     Unavailable,
+}
+
+/// A workspace mounted on the host for one container start (see
+/// [`WorkspaceMount`]): unmounted when dropped.
+#[derive(Debug)]
+struct Mounted(Arc<dyn WorkspaceMount>);
+
+impl Mounted {
+    async fn new(mount: Arc<dyn WorkspaceMount>) -> Result<Mounted, Error> {
+        let m = Arc::clone(&mount);
+        match tokio::task::spawn_blocking(move || m.mount()).await {
+            Ok(Ok(())) => Ok(Mounted(mount)),
+            Ok(Err(e)) => Err(Error::WorkspaceGone(format!(
+                "the workspace cannot be mounted for its container: {e}"
+            ))),
+            Err(e) => Err(Error::WorkspaceGone(format!(
+                "mounting the workspace for its container failed: {e}"
+            ))),
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.0.unmount();
+    }
 }
 
 /// How a started command reaches its container.
@@ -136,7 +162,12 @@ impl Sandbox {
     /// whose pin now lies on that slot: its supervisor checks that the
     /// container sees that very directory and runs commands as `user` from
     /// now on, and any later container over the pin starts so too.
-    pub async fn lend(&mut self, identity: (u64, u64), user: String) -> Result<(), Error> {
+    pub async fn lend(
+        &mut self,
+        identity: (u64, u64),
+        user: String,
+        mount: Arc<dyn WorkspaceMount>,
+    ) -> Result<(), Error> {
         let container = self.container.get_mut().clone();
         let link = match (container, self.link.get_mut()) {
             (Some(container), Some((c, LinkState::Up(link)))) if *c == container => {
@@ -150,10 +181,12 @@ impl Sandbox {
         };
         link.lend(identity, &user).await?;
         // A container started later over the pin (after a hard kill) is
-        // started as a cold one would be: private, no slot.
+        // started as a cold one would be: private, no slot, the pin
+        // mounted only for its start.
         self.spec.user = user;
         self.spec.workspace_identity = Some(identity);
         self.spec.workspace_slot = false;
+        self.spec.workspace_mount = Some(mount);
         Ok(())
     }
 
@@ -191,9 +224,16 @@ impl Sandbox {
         if let Some(dir) = &self.spec.socket_dir {
             supervisor::host::make_socket_dir(dir)?;
         }
+        // A workspace mounted only for the start is taken away again
+        // however the start ends (the guard's drop), a cancelled one too.
+        let mounted = match &self.spec.workspace_mount {
+            Some(mount) => Some(Mounted::new(Arc::clone(mount)).await?),
+            None => None,
+        };
         self.verify_workspace()?;
         crate::profile::mark("host: workspace verified");
         let id = self.runtime.start_container(&self.spec).await?;
+        drop(mounted);
         *slot = Some(id.clone());
         drop(slot);
         // Start the supervisor now, so the first command does not wait for

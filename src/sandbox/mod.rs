@@ -34,6 +34,7 @@ pub mod supervisor;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -187,6 +188,11 @@ pub struct ContainerSpec {
     /// which a container whose runtime could reach them must not get (see
     /// [`runsc::LINKED`]).
     pub workspace_lent: bool,
+    /// What puts the workspace at `workspace` for the moment a container
+    /// is started over it, and takes it away once the container has its
+    /// own mount; `None`: `workspace` is always there (the service's own
+    /// directory, or one the engine binds by its path).
+    pub workspace_mount: Option<Arc<dyn WorkspaceMount>>,
     /// "uid:gid" the container and its commands run as.
     pub user: String,
     /// Environment of every command.
@@ -209,6 +215,22 @@ pub struct ContainerSpec {
     /// Host directory mounted read-only at `/.sandboxd/run`, where the
     /// service listens for the supervisor; `None` uses the exec's stdio.
     pub socket_dir: Option<PathBuf>,
+}
+
+/// A workspace mounted on the host only while a container is started over
+/// it. A lent directory is a user's own files: a mount of it left in the
+/// service's state directory would be deleted with that directory by a
+/// plain `rm -rf` once the service is gone, so it is there only from just
+/// before the engine binds it until the container has its own copy of the
+/// mount (which the host's unmount does not touch: the mount is private).
+pub trait WorkspaceMount: Send + Sync + std::fmt::Debug {
+    /// Mounts the workspace at the spec's `workspace` path, checked to be
+    /// the session's directory. Blocking.
+    fn mount(&self) -> std::io::Result<()>;
+    /// Unmounts it from the host again; whatever is left there the next
+    /// mount or the volume's removal takes away. Blocking; never fails
+    /// (what it cannot do it logs).
+    fn unmount(&self);
 }
 
 /// One process to run in a container.

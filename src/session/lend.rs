@@ -167,16 +167,59 @@ pub(super) async fn lend(
     let (volume, why, not_lent) = match pinned {
         Ok(pin) => {
             crate::profile::mark("host: directory pinned on the slot");
-            match sandbox.lend(pin.identity(), format!("{uid}:{gid}")).await {
+            let lent = match pin.engine_mount() {
+                Some(mount) => {
+                    sandbox
+                        .lend(pin.identity(), format!("{uid}:{gid}"), mount)
+                        .await
+                }
+                None => Err(sandbox::Error::StartExec("the pin has no source".into())),
+            };
+            match lent {
                 Ok(()) => {
                     crate::profile::mark("host: the supervisor confirmed the lent directory");
-                    return Ok(Prepared {
-                        id,
-                        workspace: Some(workspace),
-                        volume: pin,
-                        sandbox,
-                        reserved,
-                    });
+                    // The container has the directory now: the host keeps no
+                    // mount of it where a removal of the state directory
+                    // would reach it.
+                    let mut pin = pin;
+                    let settled = tokio::task::spawn_blocking(move || {
+                        let settled = pin.settle();
+                        (pin, settled)
+                    })
+                    .await;
+                    match settled {
+                        Ok((pin, Ok(()))) => {
+                            crate::profile::mark(
+                                "host: the lent directory's pin taken off the host",
+                            );
+                            return Ok(Prepared {
+                                id,
+                                workspace: Some(workspace),
+                                volume: pin,
+                                sandbox,
+                                reserved,
+                            });
+                        }
+                        Ok((pin, Err(e))) => (
+                            pin,
+                            format!("cannot take the pin off the host: {e}"),
+                            NotLent::Failed,
+                        ),
+                        Err(e) => {
+                            // The task panicked with the pin: the container
+                            // goes now, the pin with the sweep at the next
+                            // start.
+                            tracing::warn!(session = %id, error = %e, "taking a lent directory's pin off the host failed");
+                            tokio::spawn(async move {
+                                let _ = sandbox.close().await;
+                                if let Some((keep, _)) = reserved {
+                                    let _ = tokio::task::spawn_blocking(move || keep.release(&id))
+                                        .await;
+                                }
+                            });
+                            return Err(NotLent::Failed);
+                        }
+                    }
                 }
                 Err(e @ sandbox::Error::WorkspaceGone(_)) => (pin, e.to_string(), NotLent::NotSeen),
                 Err(e) => (pin, e.to_string(), NotLent::Failed),

@@ -51,11 +51,18 @@ pub(super) async fn prepare(
     .await
 }
 
-/// [`prepare`] for session `id`, or (with `again`, the device and inode its
-/// workspace had) for a session that comes back after a restart: its fresh
-/// workspace as the earlier instance left it, or its lent directory opened,
-/// checked and pinned anew, and refused unless it is the very directory the
-/// session was lent.
+/// What a session that comes back after a restart had: the device and
+/// inode of its workspace, and (a lent directory) its file handle.
+#[derive(Debug, Clone)]
+pub(super) struct Again {
+    pub(super) identity: (u64, u64),
+    pub(super) handle: Option<String>,
+}
+
+/// [`prepare`] for session `id`, or (with `again`) for a session that comes
+/// back after a restart: its fresh workspace as the earlier instance left
+/// it, or its lent directory opened, checked and pinned anew, and refused
+/// unless it is the very directory the session was lent.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn reopen(
     config: &Config,
@@ -64,7 +71,7 @@ pub(super) async fn reopen(
     volumes: &Arc<Volumes>,
     id: String,
     workspace_path: Option<String>,
-    again: Option<(u64, u64)>,
+    again: Option<Again>,
     image: String,
     limits: sandbox::Limits,
 ) -> Result<Prepared, Error> {
@@ -117,6 +124,7 @@ pub(super) async fn reopen(
         workspace_identity: Some(volume.identity()),
         workspace_bound: volume.bound_by_path(),
         workspace_lent: !volume.owns_workspace(),
+        workspace_mount: volume.engine_mount(),
         ..container_spec(
             config,
             volumes,
@@ -157,6 +165,7 @@ pub(super) fn container_spec(
         workspace_bound: false,
         workspace_slot: false,
         workspace_lent: false,
+        workspace_mount: None,
         user: format!("{uid}:{gid}"),
         env: cfg.default_env.clone(),
         limits,
@@ -259,7 +268,7 @@ fn open_workspace(
     id: &str,
     path: Option<String>,
     quota: Quota,
-    again: Option<(u64, u64)>,
+    again: Option<Again>,
 ) -> Result<(Workspace, Volume), Error> {
     let Some(path) = path else {
         let volume = match again {
@@ -276,24 +285,31 @@ fn open_workspace(
     };
     let ws = match again {
         None => open_lent(config, Arc::clone(&locks), &path)?,
-        Some(identity) => {
+        Some(Again {
+            identity,
+            ref handle,
+        }) => {
             // The path may name another directory by now (renamed, swapped
             // for a link, an ancestor swapped by another session's command):
-            // only the very one the session was lent is taken, where the
-            // running service had it (its pin, if still there, tells).
+            // only the very one the session was lent is taken, where it lies
+            // now (its file handle tells; a pin an earlier version left
+            // mounted too).
             let same = |ws: &Workspace| {
                 rustix::fs::fstat(ws.root_fd()).is_ok_and(|st| (st.st_dev, st.st_ino) == identity)
             };
             match open_lent(config, Arc::clone(&locks), &path) {
                 Ok(ws) if same(&ws) => ws,
                 first => {
-                    let moved = volumes
-                        .pinned_path(id, identity, &config.allowed_roots)
+                    let roots = &config.allowed_roots;
+                    let moved = handle
+                        .as_deref()
+                        .and_then(|h| volumes.found_path(h, identity, roots))
+                        .or_else(|| volumes.pinned_path(id, identity, roots))
                         .and_then(|now| open_lent(config, locks, &now.to_string_lossy()).ok())
                         .filter(same);
                     match (moved, first) {
                         (Some(ws), _) => {
-                            tracing::info!(session = %id, was = ?path, now = ?ws.host_path(), "a lent directory found through its pin where it lies now");
+                            tracing::info!(session = %id, was = ?path, now = ?ws.host_path(), "a lent directory found where it lies now");
                             ws
                         }
                         (None, Err(e)) => return Err(e),

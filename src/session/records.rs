@@ -75,6 +75,10 @@ pub(super) enum Place {
     Lent {
         /// The path the caller named.
         path: PathBuf,
+        /// The directory's file handle (see [`crate::volume::handle_of`]),
+        /// which finds it again after a restart wherever it lies then.
+        #[serde(default)]
+        handle: Option<String>,
     },
 }
 
@@ -111,6 +115,7 @@ impl Record {
             workspace: if lent {
                 Place::Lent {
                     path: session.workspace.host_path().to_path_buf(),
+                    handle: crate::volume::handle_of(session.workspace.root_fd()),
                 }
             } else {
                 Place::Fresh
@@ -296,6 +301,7 @@ mod tests {
             },
             workspace: Place::Lent {
                 path: "/srv/repo".into(),
+                handle: Some("1:00ff".into()),
             },
             identity: (4, 5),
             unattended: false,

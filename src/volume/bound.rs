@@ -44,6 +44,8 @@ impl Volumes {
                  closed to other users",
                 host.display()
             )),
+            source: None,
+            slot: None,
         }
     }
 }

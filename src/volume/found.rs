@@ -1,20 +1,18 @@
 //! Finding a lent directory again after a restart the way the service saw
-//! it while it ran: through the pin an earlier instance left, not through
-//! the path recorded when the session began.
+//! it while it ran, not through the path recorded when the session began.
 //!
-//! While the service runs, a lent directory is held by its fd and its pin:
-//! a command of another session may rename it, or an ancestor, and swap
-//! something else in at the old path, and the session goes on with its
-//! very directory. At a restart the fd is gone, and the recorded path may
-//! now name another directory, or none under an allowed root. The pin
-//! (left mounted by a killed service, and kept by one that stopped with its
-//! sessions) still holds the directory: its device and inode tell whether
-//! it is the one recorded, and a file handle taken through it, opened again
-//! through the directory's own filesystem, tells where that directory lies
-//! now.
-
+//! While the service runs, a lent directory is held by its fd: a command
+//! of another session may rename it, or an ancestor, and swap something
+//! else in at the old path, and the session goes on with its very
+//! directory. At a restart the fd is gone, and the recorded path may now
+//! name another directory, or none under an allowed root. The directory's
+//! file handle, taken while the session ran and kept in its record, still
+//! names it: opened again through the directory's own filesystem, it tells
+//! where that directory lies now (a handle carries the inode's generation,
+//! so a directory removed and its inode reused is not taken for it). A pin
+//! an earlier version of the service left mounted is asked the same way.
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -31,12 +29,74 @@ struct Handle {
     data: [u8; HANDLE_BYTES],
 }
 
+/// The file handle of the directory `dir`, as kept in a session's record:
+/// `<type>:<hex bytes>`. `None` where the filesystem gives none. Blocking
+/// (one system call).
+pub fn handle_of(dir: &impl AsFd) -> Option<String> {
+    let handle = take(dir)?;
+    let bytes = &handle.data[..handle.bytes as usize];
+    Some(format!("{}:{}", handle.kind, hex::encode(bytes)))
+}
+
+/// The handle [`handle_of`] wrote, read back.
+fn parse(text: &str) -> Option<Handle> {
+    let (kind, bytes) = text.split_once(':')?;
+    let bytes = hex::decode(bytes).ok()?;
+    if bytes.len() > HANDLE_BYTES {
+        return None;
+    }
+    let mut handle = Handle {
+        bytes: bytes.len() as u32,
+        kind: kind.parse().ok()?,
+        data: [0; HANDLE_BYTES],
+    };
+    handle.data[..bytes.len()].copy_from_slice(&bytes);
+    Some(handle)
+}
+
+fn take(dir: &impl AsFd) -> Option<Handle> {
+    let mut handle = Handle {
+        bytes: HANDLE_BYTES as u32,
+        kind: 0,
+        data: [0; HANDLE_BYTES],
+    };
+    let mut mount_id = 0;
+    let empty: &CStr = c"";
+    // SAFETY: `handle` has room for `bytes` bytes after its header, as
+    // the call requires; `empty` is a NUL-terminated string.
+    let taken = unsafe {
+        libc::name_to_handle_at(
+            dir.as_fd().as_raw_fd(),
+            empty.as_ptr(),
+            (&raw mut handle).cast(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    (taken == 0).then_some(handle)
+}
+
 impl Volumes {
-    /// Where the directory the pin of session `id` holds lies now, if that
-    /// pin is still mounted and holds the directory whose (device, inode)
-    /// is `identity`, and it can be reached through one of `within`
-    /// (directories on the same filesystem, such as the allowed roots);
-    /// its path as the kernel names it then, under that directory. Blocking.
+    /// Where the directory of `handle` (from [`handle_of`]) lies now, if it
+    /// is still the directory whose (device, inode) is `identity` and it
+    /// can be reached through one of `within` (directories on the same
+    /// filesystem, such as the allowed roots); its path as the kernel names
+    /// it then, under that directory. Blocking.
+    pub fn found_path(
+        &self,
+        handle: &str,
+        identity: (u64, u64),
+        within: &[PathBuf],
+    ) -> Option<PathBuf> {
+        let mut handle = parse(handle)?;
+        within
+            .iter()
+            .find_map(|root| reach(root, &mut handle, identity))
+    }
+
+    /// [`Volumes::found_path`] through the pin of session `id`, if one is
+    /// still mounted (left by an earlier version of the service, which kept
+    /// pins mounted across a stop). Blocking.
     pub fn pinned_path(
         &self,
         id: &str,
@@ -55,27 +115,7 @@ impl Volumes {
         if (st.st_dev, st.st_ino) != identity {
             return None;
         }
-        let mut handle = Handle {
-            bytes: HANDLE_BYTES as u32,
-            kind: 0,
-            data: [0; HANDLE_BYTES],
-        };
-        let mut mount_id = 0;
-        let empty: &CStr = c"";
-        // SAFETY: `handle` has room for `bytes` bytes after its header, as
-        // the call requires; `empty` is a NUL-terminated string.
-        let taken = unsafe {
-            libc::name_to_handle_at(
-                pin.as_raw_fd(),
-                empty.as_ptr(),
-                (&raw mut handle).cast(),
-                &mut mount_id,
-                libc::AT_EMPTY_PATH,
-            )
-        };
-        if taken != 0 {
-            return None;
-        }
+        let mut handle = take(&pin)?;
         within
             .iter()
             .find_map(|root| reach(root, &mut handle, identity))

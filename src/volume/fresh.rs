@@ -44,6 +44,8 @@ impl Volumes {
             identity: (0, 0),
             quota: inner.can_mount.then_some(quota),
             note: (!inner.can_mount).then(|| NO_QUOTA.to_string()),
+            source: None,
+            slot: None,
         };
         let create = |e: io::Error| Error::Create(e.to_string());
         rustix::fs::mkdirat(&inner.workspaces.fd, id, Mode::from_raw_mode(0o700))
@@ -113,6 +115,8 @@ impl Volumes {
             identity: (0, 0),
             quota: None,
             note: (!inner.can_mount).then(|| NO_QUOTA.to_string()),
+            source: None,
+            slot: None,
         };
         let gone =
             |e: &dyn std::fmt::Display| Error::Gone(format!("{}: {e}", volume.path.display()));

@@ -14,7 +14,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use super::attrs;
 use super::hardlinks::linked_outside;
 use super::idmap::{self, IdMap};
-use super::{Error, Kind, Volume, Volumes, check_id, proc_fd_path, unmount};
+use super::{Error, Inner, Kind, Volume, Volumes, check_id, proc_fd_path, unmount};
 
 impl Volumes {
     /// [`Volumes::pin`] for a session that comes back after a restart: a
@@ -71,7 +71,7 @@ impl Volumes {
         }
         rustix::fs::mkdirat(&self.inner.pins.fd, id, Mode::from_raw_mode(0o700))
             .map_err(|e| Error::Pin(e.into()))?;
-        self.attach(id, root, host, &st, root_user, no_idmap, false)
+        self.attach(id, root, host, &st, root_user, no_idmap, None)
     }
 
     /// What every lent directory must be, checked: reachable by no other
@@ -105,13 +105,17 @@ impl Volumes {
         Ok(st)
     }
 
-    /// Mounts a clone of `root` (whose stat is `st`) at `pins/<id>`, a
-    /// directory already there: `nosuid,nodev` added, id-mapped where root
-    /// owns it. `shared_slot`: `pins/<id>` is a slot a running container
-    /// already binds (see [`Volumes::slot`]), so the pin reaches it by
-    /// propagation, which carries a mount's attributes as they are when it
-    /// is attached: they must be set on the detached tree, never by a
-    /// remount after. On failure `pins/<id>` is removed.
+    /// Pins `root` (whose stat is `st`) at `pins/<id>`, a directory
+    /// already there: `nosuid,nodev` added, id-mapped where root owns it.
+    /// `shared_slot`: `pins/<id>` is a slot a running container already
+    /// binds (see [`Volumes::slot`]), so the pin reaches it by propagation,
+    /// which carries a mount's attributes as they are when it is attached:
+    /// they must be set on the detached tree, never by a remount after.
+    ///
+    /// A cold pin is unmounted again once it is checked: it is mounted only
+    /// while a container starts over it (see [`Volume::engine_mount`]). A
+    /// pin on a slot stays until the container's supervisor has confirmed
+    /// it ([`Volume::settle`]). On failure `pins/<id>` is removed.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attach(
         &self,
@@ -121,68 +125,49 @@ impl Volumes {
         st: &rustix::fs::Stat,
         root_user: (u32, u32),
         no_idmap: Option<&str>,
-        shared_slot: bool,
+        slot: Option<OwnedFd>,
     ) -> Result<Volume, Error> {
-        let idmap = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
+        let wanted = (st.st_uid == 0 && root_user.0 != 0).then_some(IdMap {
             uid: (0, root_user.0),
             gid: (st.st_gid, root_user.1),
         });
         let inner = &self.inner;
-        let path = inner.pins.path.join(id);
         let mut volume = Volume {
             inner: Arc::clone(inner),
             id: id.to_string(),
             kind: Kind::Pin,
-            path,
+            path: inner.pins.path.join(id),
             identity: (st.st_dev, st.st_ino),
             quota: None,
             note: None,
+            source: None,
+            slot: None,
         };
+        let shared_slot = slot.is_some();
         let pinned = (|| -> io::Result<Option<io::Error>> {
-            use rustix::mount::{MoveMountFlags, OpenTreeFlags};
-            let tree = rustix::mount::open_tree(
-                root,
-                "",
-                OpenTreeFlags::OPEN_TREE_CLONE
-                    | OpenTreeFlags::OPEN_TREE_CLOEXEC
-                    | OpenTreeFlags::AT_EMPTY_PATH,
-            )?;
-            // Only a detached tree can be id-mapped; a failure leaves it as
-            // it was, and the plain pin is still the right one to make.
-            let unmapped = match (idmap, no_idmap) {
-                (None, _) => None,
-                (Some(_), Some(why)) => Some(io::Error::other(why)),
-                (Some(map), None) => idmap::apply(&tree, map).err(),
+            let root = root.try_clone()?;
+            let (idmap, refused) = match (wanted, no_idmap) {
+                (Some(_), Some(why)) => (None, Some(io::Error::other(why))),
+                (wanted, _) => (wanted, None),
             };
-            // Added to the source's own flags, never replacing them: a
-            // directory lent read-only stays read-only through its pin.
-            let added = attrs::add_nosuid_nodev(&tree)?;
-            if !added && shared_slot {
-                return Err(io::Error::other(
-                    "this kernel cannot set a mount's attributes before attaching it (Linux 5.12+)",
-                ));
-            }
-            rustix::mount::move_mount(
-                &tree,
-                "",
-                &inner.pins.fd,
-                id,
-                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-            )?;
-            if !added {
-                attrs::make_private(&tree)?;
-                // The tree fd names the new mount itself: no path is resolved.
-                rustix::mount::mount_remount(
-                    proc_fd_path(&tree),
-                    attrs::remount_flags(&tree)?,
-                    "",
-                )?;
-            }
-            Ok(unmapped)
+            let unmapped = mount_tree(inner, id, &root, idmap, shared_slot)?;
+            volume.source = Some(Arc::new(Source {
+                root,
+                // A map that could not be made once is not tried again at
+                // each start: the session was told what that means.
+                idmap: idmap.filter(|_| unmapped.is_none()),
+            }));
+            Ok(refused.or(unmapped))
         })();
-        match pinned.and_then(|unmapped| volume.check_identity().map(|()| unmapped)) {
+        let checked = pinned.and_then(|unmapped| volume.check_identity().map(|()| unmapped));
+        let checked = match (checked, shared_slot) {
+            (Ok(unmapped), false) => unmount(&volume.path).map(|()| unmapped),
+            (checked, _) => checked,
+        };
+        volume.slot = slot;
+        match checked {
             Ok(None) => {
-                if let Some(map) = idmap {
+                if let Some(map) = wanted {
                     tracing::info!(
                         volume = %id,
                         path = %host.display(),
@@ -212,6 +197,103 @@ impl Volumes {
                 volume.discard();
                 Err(Error::Pin(e))
             }
+        }
+    }
+}
+
+/// What a lent directory's pin is made from, each time it is mounted: the
+/// directory fd the file tools hold (never its path), and the id-map its
+/// commands see it through.
+#[derive(Debug)]
+pub(super) struct Source {
+    root: OwnedFd,
+    idmap: Option<IdMap>,
+}
+
+/// Mounts a clone of `root` at `pins/<id>` (see [`Volumes::attach`]):
+/// `nosuid,nodev` added, id-mapped by `idmap`. Returns why the map could
+/// not be made, if it could not (the pin is then a plain one).
+fn mount_tree(
+    inner: &Inner,
+    id: &str,
+    root: &OwnedFd,
+    idmap: Option<IdMap>,
+    shared_slot: bool,
+) -> io::Result<Option<io::Error>> {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let tree = rustix::mount::open_tree(
+        root,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )?;
+    // Only a detached tree can be id-mapped; a failure leaves it as it
+    // was, and the plain pin is still the right one to make.
+    let unmapped = idmap.and_then(|map| idmap::apply(&tree, map).err());
+    // Added to the source's own flags, never replacing them: a directory
+    // lent read-only stays read-only through its pin.
+    let added = attrs::add_nosuid_nodev(&tree)?;
+    if !added && shared_slot {
+        return Err(io::Error::other(
+            "this kernel cannot set a mount's attributes before attaching it (Linux 5.12+)",
+        ));
+    }
+    rustix::mount::move_mount(
+        &tree,
+        "",
+        &inner.pins.fd,
+        id,
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+    )?;
+    if !added {
+        attrs::make_private(&tree)?;
+        // The tree fd names the new mount itself: no path is resolved.
+        rustix::mount::mount_remount(proc_fd_path(&tree), attrs::remount_flags(&tree)?, "")?;
+    }
+    Ok(unmapped)
+}
+
+/// A lent directory's pin, mounted for each container start and unmounted
+/// after (see [`crate::sandbox::WorkspaceMount`]).
+#[derive(Debug)]
+pub(super) struct PinMount {
+    pub(super) inner: Arc<Inner>,
+    pub(super) id: String,
+    pub(super) identity: (u64, u64),
+    pub(super) source: Arc<Source>,
+}
+
+impl crate::sandbox::WorkspaceMount for PinMount {
+    fn mount(&self) -> io::Result<()> {
+        let pins = &self.inner.pins;
+        // Whatever an earlier start could not take away goes first: the
+        // engine gets exactly one pin, made now from the fd.
+        unmount(&pins.path.join(&self.id))?;
+        match rustix::fs::mkdirat(&pins.fd, self.id.as_str(), Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let source = &self.source;
+        mount_tree(&self.inner, &self.id, &source.root, source.idmap, false)?;
+        let st = rustix::fs::fstat(rustix::fs::openat(
+            &pins.fd,
+            self.id.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?)?;
+        if (st.st_dev, st.st_ino) != self.identity || st.st_nlink == 0 {
+            self.unmount();
+            return Err(io::Error::other(
+                "the pin does not hold the session's directory",
+            ));
+        }
+        Ok(())
+    }
+
+    fn unmount(&self) {
+        if let Err(e) = unmount(&self.inner.pins.path.join(&self.id)) {
+            tracing::warn!(volume = %self.id, error = %e, "cannot unmount a lent directory's pin after its container started; its removal or the next start does");
         }
     }
 }
@@ -252,12 +334,33 @@ fn private(path: &Path, owner: u32) -> io::Result<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{Bound, as_root, mount, mount_options, volumes_in};
+    use super::super::testing::{Bound, as_root, mount, mount_options, mounts_at, volumes_in};
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
     /// Pins removed (unmounted) also when an assertion fails.
     struct Pins(Vec<Volume>);
+
+    /// Mounts `pin` as for a container start; unmounted when dropped.
+    struct Started(Arc<dyn crate::sandbox::WorkspaceMount>);
+
+    impl Started {
+        fn of(pin: &Volume) -> Started {
+            assert!(
+                mounts_at(pin.path()).is_empty(),
+                "a pin stays mounted between container starts"
+            );
+            let mount = pin.engine_mount().expect("a pin is mounted for each start");
+            mount.mount().unwrap();
+            Started(mount)
+        }
+    }
+
+    impl Drop for Started {
+        fn drop(&mut self) {
+            self.0.unmount();
+        }
+    }
 
     impl Drop for Pins {
         fn drop(&mut self) {
@@ -292,11 +395,17 @@ mod tests {
             .push(volumes.pin("mapped", &fd, &lent, user, None).unwrap());
         let mapped = &pins.0[0];
         assert_eq!(mapped.note(), None);
+        let started = Started::of(mapped);
         let options = mount_options(mapped.path());
         assert!(options.contains("idmapped"), "{options}");
         assert!(options.contains("nosuid") && options.contains("nodev"));
         let seen = std::fs::metadata(mapped.path().join("f")).unwrap();
         assert_eq!((seen.uid(), seen.gid()), user);
+        drop(started);
+        assert!(
+            mounts_at(mapped.path()).is_empty(),
+            "unmounted after the start"
+        );
 
         let why = "the runtime cannot create files through one";
         pins.0
@@ -304,16 +413,19 @@ mod tests {
         let plain = &pins.0[1];
         let note = plain.note().unwrap();
         assert!(note.contains(why) && note.contains("uid 1000"), "{note}");
+        let started = Started::of(plain);
         let options = mount_options(plain.path());
         assert!(!options.contains("idmapped"), "{options}");
         assert!(options.contains("nosuid") && options.contains("nodev"));
         assert_eq!(std::fs::metadata(plain.path().join("f")).unwrap().uid(), 0);
+        drop(started);
 
         std::os::unix::fs::chown(&lent, Some(1000), Some(1000)).unwrap();
         pins.0
             .push(volumes.pin("owned", &fd, &lent, user, None).unwrap());
         let owned = &pins.0[2];
         assert_eq!(owned.note(), None);
+        let _started = Started::of(owned);
         assert!(!mount_options(owned.path()).contains("idmapped"));
         assert_eq!(std::fs::metadata(owned.path().join("f")).unwrap().uid(), 0);
     }
@@ -345,6 +457,7 @@ mod tests {
             pins.0
                 .push(volumes.pin(id, &fd, &lent, user, None).unwrap());
             let pin = pins.0.last().unwrap();
+            let _started = Started::of(pin);
             let options = mount_options(pin.path());
             let options: Vec<&str> = options.split(',').collect();
             for want in ["ro", "noexec", "nosuid", "nodev"] {

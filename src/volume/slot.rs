@@ -58,8 +58,10 @@ impl Volumes {
             identity: (0, 0),
             quota: None,
             note: None,
+            source: None,
+            slot: None,
         };
-        let made = (|| -> std::io::Result<(u64, u64)> {
+        let made = (|| -> std::io::Result<((u64, u64), OwnedFd)> {
             let tree = rustix::mount::open_tree(
                 &pins.fd,
                 id,
@@ -78,11 +80,18 @@ impl Volumes {
                 MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
             )?;
             rustix::mount::mount_change(&volume.path, MountPropagationFlags::SHARED)?;
-            let st = rustix::fs::fstat(volume.open_root()?)?;
-            Ok((st.st_dev, st.st_ino))
+            // The slot's own mount, by an fd: a pin on top of it later
+            // hides it from every path.
+            let root = volume.open_root()?;
+            let st = rustix::fs::fstat(&root)?;
+            Ok(((st.st_dev, st.st_ino), root))
         })();
         match made {
-            Ok(identity) => Ok(Volume { identity, ..volume }),
+            Ok((identity, root)) => Ok(Volume {
+                identity,
+                slot: Some(root),
+                ..volume
+            }),
             Err(e) => {
                 volume.discard();
                 Err(Error::Pin(e))
@@ -100,7 +109,8 @@ impl Volumes {
     /// Lends the directory `lendable` was checked for (`root`, at `host`)
     /// to the container that binds `slot`: pinned on top of the slot, which
     /// the kernel propagates into that container. The volume returned is
-    /// the session's pin (the slot is removed with it). When the pin
+    /// the session's pin (the slot is removed with it); once the container
+    /// has confirmed it, [`Volume::settle`] takes both off the host. When the pin
     /// cannot be made the slot is removed too, and its container must be
     /// discarded. Blocking.
     pub fn lend(
@@ -113,7 +123,21 @@ impl Volumes {
     ) -> Result<Volume, Error> {
         // Still the slot this container binds, and nothing on it yet.
         slot.check_identity().map_err(Error::Pin)?;
-        self.attach(&slot.id, root, host, &lendable.0, root_user, None, true)
+        let mount = slot
+            .slot
+            .as_ref()
+            .ok_or_else(|| Error::Pin(std::io::Error::other("not a slot")))?
+            .try_clone()
+            .map_err(Error::Pin)?;
+        self.attach(
+            &slot.id,
+            root,
+            host,
+            &lendable.0,
+            root_user,
+            None,
+            Some(mount),
+        )
     }
 }
 
@@ -132,11 +156,14 @@ mod tests {
     /// A slot is a shared `nosuid,nodev` mount of an empty directory; a
     /// directory lent on it reaches a bind made earlier with slave
     /// propagation (a warm container's view), id-mapped and `nosuid,nodev`
-    /// there too; removing the pin unmounts both layers, which the view
-    /// sees at once, and removes the slot; a restart's repin of a lent
-    /// slot unmounts both layers before it pins anew.
+    /// there too. Once settled, nothing of it is mounted on the host any
+    /// more, while the view keeps it; later starts mount the pin only for
+    /// their time. A lend that is not
+    /// settled (the container refused it) is removed from the view with the
+    /// pin. A restart's repin of a lent slot unmounts both layers before it
+    /// pins anew.
     #[test]
-    fn a_directory_lent_on_a_slot_reaches_its_earlier_bind_and_goes_with_it() {
+    fn a_directory_lent_on_a_slot_reaches_its_earlier_bind_and_leaves_the_host() {
         as_root();
         let base = tempfile::tempdir().unwrap();
         let (_state, volumes) = volumes_in(base.path());
@@ -153,6 +180,15 @@ mod tests {
             Mode::empty(),
         )
         .unwrap();
+        // A warm container's view of `slot`.
+        let view_of = |slot: &Volume, name: &str| {
+            let view = Bound(base.path().join(name));
+            std::fs::create_dir(&view.0).unwrap();
+            let (from, to) = (slot.path().to_str().unwrap(), view.0.to_str().unwrap());
+            mount(&["--bind", from, to]);
+            mount(&["--make-rslave", to]);
+            view
+        };
 
         let slot = volumes.slot("warm").unwrap();
         let at = mounts_at(slot.path());
@@ -162,14 +198,10 @@ mod tests {
             at[0].contains("nosuid") && at[0].contains("nodev"),
             "{at:?}"
         );
-        let view = Bound(base.path().join("view"));
-        std::fs::create_dir(&view.0).unwrap();
-        let (from, to) = (slot.path().to_str().unwrap(), view.0.to_str().unwrap());
-        mount(&["--bind", from, to]);
-        mount(&["--make-rslave", to]);
+        let view = view_of(&slot, "view");
         assert!(std::fs::read_dir(&view.0).unwrap().next().is_none());
 
-        let pin = lend(&volumes, &slot, &fd, &lent).unwrap();
+        let mut pin = lend(&volumes, &slot, &fd, &lent).unwrap();
         assert_eq!(pin.path(), slot.path());
         assert_eq!(mounts_at(slot.path()).len(), 2);
         assert_eq!(std::fs::read(view.0.join("f")).unwrap(), b"x\n");
@@ -183,22 +215,54 @@ mod tests {
             1000
         );
 
+        pin.settle().unwrap();
+        assert!(
+            mounts_at(pin.path()).is_empty(),
+            "the host still mounts the lent directory"
+        );
+        assert!(std::fs::read_dir(pin.path()).unwrap().next().is_none());
+        assert_eq!(std::fs::read(view.0.join("f")).unwrap(), b"x\n");
+        let mount = pin.engine_mount().unwrap();
+        mount.mount().unwrap();
+        assert_eq!(mounts_at(pin.path()).len(), 1, "one pin for a start");
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(pin.path().join("f")).unwrap()),
+            1000,
+            "a later start's pin is id-mapped as the first"
+        );
+        mount.unmount();
+        assert!(mounts_at(pin.path()).is_empty());
+        assert_eq!(std::fs::read(view.0.join("f")).unwrap(), b"x\n");
+
+        // The container goes before its pin is removed (the removal of
+        // the slot's directory would detach what is mounted on it).
+        drop(view);
+        pin.remove().unwrap();
+        assert!(!pin.path().exists());
+        assert_eq!(std::fs::read(lent.join("f")).unwrap(), b"x\n");
+
+        let slot = volumes.slot("refused").unwrap();
+        let view = view_of(&slot, "view2");
+        let pin = lend(&volumes, &slot, &fd, &lent).unwrap();
+        assert!(view.0.join("f").exists());
         pin.remove().unwrap();
         assert!(mounts_at(slot.path()).is_empty());
-        assert!(!slot.path().exists());
         assert!(
             !view.0.join("f").exists(),
-            "the view lost the pin with the host"
+            "an unsettled lend stays in the view without the host's pin"
         );
-        assert_eq!(std::fs::read(lent.join("f")).unwrap(), b"x\n");
+        drop(view);
 
         let slot = volumes.slot("again").unwrap();
         lend(&volumes, &slot, &fd, &lent).unwrap();
         let pin = volumes
             .repin("again", &fd, &lent, (1000, 1000), None)
             .unwrap();
-        assert_eq!(mounts_at(pin.path()).len(), 1, "only the new pin");
+        assert!(mounts_at(pin.path()).is_empty(), "nothing left mounted");
+        let mount = pin.engine_mount().unwrap();
+        mount.mount().unwrap();
         assert_eq!(std::fs::read(pin.path().join("f")).unwrap(), b"x\n");
+        mount.unmount();
         pin.remove().unwrap();
         assert!(mounts_at(pin.path()).is_empty());
     }
@@ -226,6 +290,9 @@ mod tests {
         )
         .unwrap();
         let cold = volumes.pin("cold", &fd, &lent, (1000, 1000), None).unwrap();
+        // As during its container's start.
+        let cold_start = cold.engine_mount().unwrap();
+        cold_start.mount().unwrap();
         let slot = volumes.slot("warm").unwrap();
         let view = Bound(base.path().join("view"));
         std::fs::create_dir(&view.0).unwrap();
@@ -276,6 +343,7 @@ mod tests {
                 seen.display()
             );
         }
+        cold_start.unmount();
         cold.remove().unwrap();
         warm.remove().unwrap();
         assert_eq!(

@@ -50,6 +50,8 @@ impl Volumes {
                     identity: (0, 0),
                     quota: None,
                     note: None,
+                    source: None,
+                    slot: None,
                 };
                 // What someone may still want is moved aside, not deleted:
                 // a volume the host no longer mounts is mounted to be seen.

@@ -108,6 +108,13 @@ async fn a_session_over_an_existing_directory_is_a_warm_container_lent_it() {
         b.session_id
     );
     assert!(a.notes.is_empty(), "{:?}", a.notes);
+    // The containers have the directories; the host keeps no mount of them
+    // where a removal of the state directory would reach.
+    let host_mounts =
+        |s: &pb::Session| mounts_under(&srv.state_dir().join("pins").join(&s.session_id));
+    for s in [&a, &b] {
+        assert_eq!(host_mounts(s), Vec::<String>::new(), "{}", s.session_id);
+    }
 
     let ran = run(
         &srv.client,
@@ -166,6 +173,11 @@ async fn a_session_over_an_existing_directory_is_a_warm_container_lent_it() {
     let ran = run(&srv.client, &b.session_id, "id -u; cat notes.txt", 60_000).await;
     assert_eq!(ran.exit.exit_code, 0, "{}{}", ran.stdout(), ran.stderr());
     assert_eq!(ran.stdout(), "4321\nthe user's\nmore\n");
+    assert_eq!(
+        host_mounts(&b),
+        Vec::<String>::new(),
+        "after the replacement"
+    );
 
     // The file tools see what the commands made.
     let read = srv
@@ -202,7 +214,12 @@ async fn a_session_over_an_existing_directory_is_a_warm_container_lent_it() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!pins.join(&a.session_id).exists());
+    for s in [&a, &b] {
+        assert!(
+            crate::common::gone_soon(&pins.join(&s.session_id)).await,
+            "a closed session's slot is still there"
+        );
+    }
     assert_eq!(
         std::fs::read_to_string(root_repo.join("calc.py")).unwrap(),
         "root's\n"

@@ -12,6 +12,7 @@ mod approvals;
 mod archives;
 mod auth;
 mod change_names;
+mod checkout_stop;
 mod checkouts;
 mod checkpoints;
 mod cli_terminal;

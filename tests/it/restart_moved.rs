@@ -1,10 +1,10 @@
 //! A lent directory that was moved while the service was down (it, or an
 //! ancestor, renamed, and something else put at its old path, as another
 //! session's command over an ancestor can do) comes back at a restart
-//! where the running service had it: found through the pin its earlier
-//! instance left (kept by a clean stop, left by a kill), never through the
-//! recorded path. Without the pin (the host restarted) it is not brought
-//! back, and what now lies at the old path is never taken for it.
+//! where the running service had it: found by the file handle its record
+//! keeps, never through the recorded path, after a kill, a clean stop or a
+//! restart of the host alike. What now lies at the old path is never taken
+//! for it, and a directory removed and made again is not it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -71,7 +71,7 @@ fn stop(Serving(child): &mut Serving, signal: rustix::process::Signal) {
 }
 
 #[tokio::test]
-async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_pin() {
+async fn a_lent_directory_moved_while_the_service_was_down_comes_back_by_its_handle() {
     let base = tempfile::tempdir().unwrap();
     std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let state = base.path().join("state");
@@ -126,11 +126,25 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     assert_eq!(Path::new(&back.workspace_path), roots.join("x2/b"));
     assert_eq!(read(&mut c, &id, "f").await, "mine\n");
 
-    // The host restarts (no pin is left), and the directory moves again:
-    // nothing at its old path is taken for it.
+    // The host restarts (no mount survives), and the directory moves
+    // again, an impostor put where it was: the directory is found by its
+    // file handle, and what lies at its old path is never taken for it.
     stop(&mut served, rustix::process::Signal::KILL);
     crate::common::unmount_under(&state);
     std::fs::rename(roots.join("x2/b"), roots.join("x2/c")).unwrap();
+    std::fs::create_dir(roots.join("x2/b")).unwrap();
+    std::fs::write(roots.join("x2/b/f"), "impostor\n").unwrap();
+    let (mut served, mut c, back) = again(&roots, &state, &id).await;
+    let back = back.expect("the session came back after the host restarted");
+    assert_eq!(Path::new(&back.workspace_path), roots.join("x2/c"));
+    assert_eq!(read(&mut c, &id, "f").await, "mine\n");
+    stop(&mut served, rustix::process::Signal::TERM);
+
+    // Removed while the service was down and another directory made in its
+    // place (the inode may even be reused): not brought back.
+    std::fs::remove_dir_all(roots.join("x2/c")).unwrap();
+    std::fs::create_dir(roots.join("x2/c")).unwrap();
+    std::fs::write(roots.join("x2/c/f"), "new\n").unwrap();
     let (mut served, _, back) = again(&roots, &state, &id).await;
     assert!(
         back.is_none(),
@@ -138,7 +152,7 @@ async fn a_lent_directory_moved_while_the_service_was_down_comes_back_from_its_p
     );
     assert_eq!(
         std::fs::read_to_string(roots.join("x2/c/f")).unwrap(),
-        "mine\n"
+        "new\n"
     );
     stop(&mut served, rustix::process::Signal::TERM);
 }

@@ -19,7 +19,7 @@ impl Served {
         Self::start_with(service, workspaces, pool, &[]).await
     }
 
-    async fn start_with(
+    pub(crate) async fn start_with(
         service: &str,
         workspaces: &std::path::Path,
         pool: usize,
@@ -35,7 +35,11 @@ impl Served {
                 service,
             ])
             .args(["--pool-size", &pool.to_string(), "--no-token"])
-            .args(["--lent-pool-size", "0"])
+            .args(if extra.contains(&"--lent-pool-size") {
+                &[][..]
+            } else {
+                &["--lent-pool-size", "0"][..]
+            })
             .arg("--state-dir")
             .arg(workspaces.join("state"))
             .args(extra)

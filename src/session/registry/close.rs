@@ -104,6 +104,15 @@ impl Registry {
             // leave it to the quarantine.
             tracing::warn!(session = %id, error = %e, "cannot mark the workspace closed");
         }
+        // A lent directory is the user's own: whatever of it is mounted
+        // (a pin of a container start still in flight) is taken off the
+        // host before the answer, not after.
+        // (Detached unmounts, which never wait for the disk.)
+        if let Some(v) = volume.as_ref().filter(|v| !v.owns_workspace())
+            && let Err(e) = v.release()
+        {
+            tracing::warn!(session = %id, error = %e, "cannot unmount the lent directory's pin; its removal tries again");
+        }
         self.forget(id).await;
         tracing::info!(session = %id, workspace_removed, "session closed");
         let detail = if workspace_removed {
@@ -175,11 +184,13 @@ impl Registry {
             for session in sessions {
                 put_away(&session).await;
             }
-            return;
+        } else {
+            for id in ids {
+                let _ = self.close_session(&id).await;
+            }
         }
-        for id in ids {
-            let _ = self.close_session(&id).await;
-        }
+        // Sessions closed just before the stop are still being torn down:
+        // their workspaces are unmounted before the service exits.
         self.teardowns.close();
         if tokio::time::timeout(TEARDOWNS_WITHIN, self.teardowns.wait())
             .await

@@ -14,7 +14,7 @@ use crate::sandbox;
 use crate::session::config::Config;
 use crate::session::error::Error;
 use crate::session::failure;
-use crate::session::prepare::{Prepared, reopen};
+use crate::session::prepare::{Again, Prepared, reopen};
 use crate::session::records::{Place, Record};
 use crate::session::tools::Session;
 use crate::volume::Volumes;
@@ -82,9 +82,9 @@ impl Registry {
                 field: "token_sha256",
                 why: "the record's token hash is malformed".into(),
             })?;
-        let lent = match &record.workspace {
-            Place::Fresh => None,
-            Place::Lent { path } => Some(path.display().to_string()),
+        let (lent, handle) = match &record.workspace {
+            Place::Fresh => (None, None),
+            Place::Lent { path, handle } => (Some(path.display().to_string()), handle.clone()),
         };
         let Prepared {
             id,
@@ -99,7 +99,10 @@ impl Registry {
             &self.volumes,
             record.id.clone(),
             lent,
-            Some(record.identity),
+            Some(Again {
+                identity: record.identity,
+                handle,
+            }),
             record.image.clone(),
             record.limits,
         )

@@ -201,6 +201,7 @@ fn small_container(workspace: std::path::PathBuf, label: &str) -> sandboxd::sand
         workspace_bound: false,
         workspace_slot: false,
         workspace_lent: false,
+        workspace_mount: None,
         user: "1000:1000".into(),
         env: Default::default(),
         limits: sandboxd::sandbox::Limits {
