@@ -52,6 +52,13 @@ pub enum Error {
         /// The last lines the step printed.
         tail: Vec<String>,
     },
+    /// The build finished, but no session could start from its image (a
+    /// VOLUME or a symlink where the sandbox mounts): it was removed.
+    #[error("the image built cannot be used by sessions: {why}")]
+    Unusable {
+        /// What the image holds, and where.
+        why: String,
+    },
     /// The build passed its time limit and was stopped.
     #[error("the build passed its time limit of {} s", .limit.as_secs())]
     BuildTimedOut {

@@ -95,6 +95,9 @@ pub struct BuildConfig {
     pub max_running: usize,
     /// The most a caller may ask for.
     pub max_output_cap: u64,
+    /// The labels of the service's containers, for any a build's checks
+    /// make (so that one a crash leaves is removed with the rest).
+    pub owner: BTreeMap<String, String>,
 }
 
 /// A build asked for.

@@ -257,6 +257,17 @@ impl Environments {
                 "the engine reported the build done but {image} is not there"
             ))))
         })?;
+        // An image no session could start from is not an environment: said
+        // now, as the build's failure, not at every session's start.
+        if let Err(e) = self.runtime.check_image(&info.id, &self.config.owner).await {
+            if let Err(gone) = self.runtime.remove_image(image).await {
+                tracing::warn!(image, error = %gone, "cannot remove a built image no session can use");
+            }
+            return Err(match e {
+                crate::sandbox::Error::ImageUnusable { why, .. } => Error::Unusable { why },
+                other => other.into(),
+            });
+        }
         self.runtime.tag_image(&info.id, &latest(name)).await?;
         Ok(environment_of(name, &info))
     }

@@ -32,6 +32,7 @@ mod builds;
 mod cgroup;
 mod create;
 mod default_image;
+mod image_paths;
 mod removals;
 mod runtimes;
 
@@ -66,6 +67,8 @@ pub struct DockerRuntime {
     linked_runsc: std::sync::Mutex<Option<bool>>,
     /// The counter files of containers commands ran in, kept open.
     counters: cgroup::Counters,
+    /// Ids of images whose mount targets were checked (see `image_paths`).
+    paths_checked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl DockerRuntime {
@@ -87,6 +90,7 @@ impl DockerRuntime {
             retrying: Arc::default(),
             linked_runsc: std::sync::Mutex::default(),
             counters: cgroup::Counters::default(),
+            paths_checked: std::sync::Mutex::default(),
         }
     }
 
@@ -276,13 +280,16 @@ impl Runtime for DockerRuntime {
         // Paths the image declares as volumes would get anonymous volumes,
         // writable places outside the workspace's quota: each gets a tmpfs
         // of /tmp's size instead.
-        let declared: Vec<String> = docker
+        let inspected = docker
             .inspect_image(&spec.image)
             .await
-            .map_err(|e| classify(Error::StartContainer, e))?
-            .config
-            .and_then(|c| c.volumes)
-            .unwrap_or_default();
+            .map_err(|e| classify(Error::StartContainer, e))?;
+        let declared: Vec<String> = inspected.config.and_then(|c| c.volumes).unwrap_or_default();
+        // Before anything is mounted: an image's symlink at a mount target
+        // would move the mount (and the engine's mkdirs) elsewhere.
+        let image_id = inspected.id.unwrap_or_else(|| spec.image.clone());
+        self.check_image_paths(docker, &spec.image, &image_id, &declared, &spec.labels)
+            .await?;
         let runtime = self.runtime_for(spec).await;
         let body = create::body(spec, declared, runtime)?;
         let name = format!(
@@ -417,6 +424,14 @@ impl Runtime for DockerRuntime {
             .and_then(|info| info.state)
             .and_then(|state| state.oom_killed)
             .unwrap_or(false)
+    }
+
+    async fn check_image(
+        &self,
+        reference: &str,
+        owner: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        self.image_usable(reference, owner).await
     }
 
     async fn image_info(&self, reference: &str) -> Result<Option<ImageInfo>, Error> {

@@ -115,6 +115,15 @@ impl Runtime for Metered {
         self.inner.died_of_oom(container).await
     }
 
+    async fn check_image(
+        &self,
+        reference: &str,
+        owner: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        self.timed("check_image", self.inner.check_image(reference, owner))
+            .await
+    }
+
     async fn image_info(&self, reference: &str) -> Result<Option<ImageInfo>, Error> {
         self.timed("image_info", self.inner.image_info(reference))
             .await

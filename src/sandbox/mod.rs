@@ -310,6 +310,18 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     async fn died_of_oom(&self, _container: &str) -> bool {
         false
     }
+    /// Whether sessions can start containers from image `reference`:
+    /// refused ([`Error::ImageUnusable`]) where a declared VOLUME or a
+    /// symlink at a path the sandbox mounts on would move or hide the
+    /// workspace or the supervisor. `owner`: the labels of the service's
+    /// containers, for any the check makes.
+    async fn check_image(
+        &self,
+        _reference: &str,
+        _owner: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
     /// What the image store knows of `reference`; `None` when it lacks it.
     async fn image_info(&self, _reference: &str) -> Result<Option<ImageInfo>, Error> {
         Err(build::unsupported("inspect images"))

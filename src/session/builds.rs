@@ -13,7 +13,7 @@ use super::failure::{self, describe};
 use super::messages::NewEnvironment;
 use crate::environment::{self, BuildRequest, Environment, Environments, Events, Progress};
 use crate::journal::Journal;
-use crate::sandbox::Runtime;
+use crate::sandbox::{Runtime, labels};
 
 /// The service's environments and their journal.
 #[derive(Debug)]
@@ -40,8 +40,17 @@ impl Builds {
             &format!("builds-{}", config.sandbox.instance),
             journal_dir,
         )?);
+        let sandbox = &config.sandbox;
+        let builds = crate::environment::BuildConfig {
+            owner: std::collections::BTreeMap::from([
+                (labels::INSTANCE.to_string(), sandbox.instance.clone()),
+                (labels::SERVICE.to_string(), sandbox.service.clone()),
+                (labels::STATE.to_string(), sandbox.state_id.clone()),
+            ]),
+            ..config.builds.clone()
+        };
         Ok(Builds {
-            environments: Arc::new(Environments::new(runtime, config.builds.clone())),
+            environments: Arc::new(Environments::new(runtime, builds)),
             journal,
             config,
             watch: Arc::default(),

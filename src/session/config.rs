@@ -298,6 +298,7 @@ impl Config {
                 output_cap: defaults::BUILD_OUTPUT_CAP,
                 max_output_cap: defaults::MAX_BUILD_OUTPUT_CAP,
                 max_running: defaults::MAX_RUNNING_BUILDS as usize,
+                owner: BTreeMap::new(),
             },
             history: HistoryConfig::default(),
             archives: ArchiveConfig::default(),

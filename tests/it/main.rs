@@ -29,6 +29,7 @@ mod environments;
 mod escapes;
 mod fairness;
 mod hostile;
+mod image_links;
 mod images;
 mod lent_pool;
 mod lifecycle;

@@ -18,19 +18,10 @@ pub(super) fn body(
         "/tmp".to_string(),
         format!("rw,nosuid,nodev,size={}", spec.tmp_bytes),
     )]);
+    super::image_paths::volumes_usable(&spec.image, &declared)?;
     for path in declared {
-        // Compared, and covered, as the engine will mount it.
+        // Covered as the engine will mount it.
         let clean = build::clean_volume_path(&path);
-        let over = |ours: &str| clean == ours || clean.starts_with(&format!("{ours}/"));
-        if clean == "/" || over("/workspace") || over("/.sandboxd") {
-            return Err(Error::ImageUnusable {
-                image: spec.image.clone(),
-                why: format!(
-                    "it declares VOLUME {path}, which would hide the workspace or the \
-                     supervisor; remove that VOLUME from its recipe"
-                ),
-            });
-        }
         tmpfs
             .entry(clean)
             .or_insert_with(|| format!("rw,nosuid,nodev,size={}", spec.tmp_bytes));

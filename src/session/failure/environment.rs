@@ -107,6 +107,15 @@ pub(super) fn environment_status(err: &environment::Error) -> Described {
                 &[("step", step.clone())],
             )
         }
+        E::Unusable { why } => status(
+            Code::FailedPrecondition,
+            reason::BUILD_FAILED,
+            format!(
+                "The build finished, but no session could start from its image: {why}. The \
+                 image was removed. {NOTHING_BUILT} Change the recipe and build again."
+            ),
+            &[("step", String::new())],
+        ),
         E::BuildTimedOut {
             limit,
             step,

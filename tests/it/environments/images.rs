@@ -48,44 +48,52 @@ async fn an_environments_image_settings_do_not_loosen_its_sessions() {
     delete(&srv, &name).await.unwrap();
 
     // A volume over or under the workspace (or the supervisor's paths)
-    // would hide it: such an image opens no session, and leaves nothing.
-    // Spelled as the engine cleans it, too.
-    for path in [
+    // would hide it, and a link at a path the sandbox mounts on would move
+    // the mount: such a recipe builds no environment (refused as the
+    // build's failure), and leaves nothing. Spelled as the engine cleans
+    // it, too.
+    let volumes = [
         "/workspace/sub",
         "/workspace",
         "/.sandboxd/run",
         "//workspace",
         "/./.sandboxd",
         "/data/../workspace/",
-    ] {
+    ]
+    .map(|path| (format!("VOLUME {path}"), format!("VOLUME {path}")));
+    let links = [
+        (
+            "RUN ln -s /workspace /.sandboxd",
+            "its /.sandboxd is a symlink",
+        ),
+        (
+            "RUN mkdir -p /srv/data && ln -s /srv/data /data\nVOLUME /data",
+            "its /data is a symlink",
+        ),
+    ]
+    .map(|(r, m)| (r.to_string(), m.to_string()));
+    for (instruction, said) in volumes.into_iter().chain(links) {
         let hiding = unique("hiding");
         let _cleanup_hiding = Cleanup(vec![hiding.clone()]);
-        build(
+        let refused = build(
             &srv,
             dockerfile(
                 &hiding,
-                &format!("FROM sandboxd-default:latest\nVOLUME {path}\n"),
+                &format!("FROM sandboxd-default:latest\n{instruction}\n"),
             ),
         )
         .await
-        .unwrap();
-        let refused = srv
-            .client
-            .clone()
-            .create_session(pb::CreateSessionRequest {
-                environment: hiding.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(reason(&refused), "IMAGE_NOT_ALLOWED", "{refused:?}");
+        .map(|b| b.environment().image_id.clone())
+        .expect_err(&instruction);
+        let (status, _) = refused;
+        assert_eq!(reason(&status), "BUILD_FAILED", "{instruction}: {status:?}");
+        let message = status.message();
+        assert!(message.contains(&said), "{instruction}: {message}");
         assert!(
-            refused.message().contains(&format!("VOLUME {path}")),
-            "{}",
-            refused.message()
+            listed(&srv, &hiding).await.is_none(),
+            "{instruction}: an environment was made"
         );
         assert!(srv.containers().is_empty(), "{:?}", srv.containers());
-        delete(&srv, &hiding).await.unwrap();
     }
     let listed = srv
         .client
