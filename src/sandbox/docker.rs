@@ -291,7 +291,9 @@ impl Runtime for DockerRuntime {
         self.check_image_paths(docker, &spec.image, &image_id, &declared, &spec.labels)
             .await?;
         let runtime = self.runtime_for(spec).await;
-        let body = create::body(spec, declared, runtime)?;
+        let mut body = create::body(spec, declared, runtime)?;
+        // The very image checked, whatever its name points at by now.
+        body.image = Some(image_id);
         let name = format!(
             "sandboxd-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..12]
