@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use super::{Journal, PlanCheck, Report, Verification, collapse};
+use super::records::CommandRecord;
+use super::{Journal, PlanCheck, Report, State, Verification, collapse};
 
 impl Journal {
     /// The journal, reconciled against `planned` files (workspace-relative,
@@ -44,7 +45,14 @@ impl Journal {
                     .filter(|c| !c.cancelled && !c.interrupted && collapse(&c.command) == wanted)
             };
             let after = st.last_write.unwrap_or(0);
-            let last_after = matching().rfind(|c| c.seq > after);
+            // A command or a process may change files as much as a file
+            // tool, and the journal cannot tell one that did from one that
+            // did not: any that ran after the verification (another
+            // command, a process started or still running then) leaves it
+            // standing for nothing. Run the verification last.
+            let last_after = matching()
+                .rfind(|c| c.seq > after)
+                .filter(|v| !changed_after(&st, v, &wanted));
             Verification {
                 command: wanted.clone(),
                 ran: matching().next().is_some(),
@@ -67,4 +75,30 @@ impl Journal {
             processes: st.processes.iter().cloned().collect(),
         }
     }
+}
+
+/// Whether anything that may change files ran after the verification run
+/// `v` (whose collapsed command is `wanted`): another command that started
+/// after it or finished after it, or a process started after it, still
+/// running, or ending after it.
+fn changed_after(st: &State, v: &CommandRecord, wanted: &str) -> bool {
+    // Records are kept in the order commands finished.
+    let finished_after = st
+        .commands
+        .iter()
+        .skip_while(|c| !std::ptr::eq(*c, v))
+        .skip(1);
+    let started_after = st.commands.iter().filter(|c| c.seq > v.seq);
+    let other_command = finished_after
+        .chain(started_after)
+        .any(|c| collapse(&c.command) != wanted);
+    let v_ended = st.entries.iter().rfind(|e| e.seq == v.seq).map(|e| e.at_ms);
+    let process = st.processes.iter().any(|p| {
+        p.id > v.seq
+            || match (&p.end, v_ended) {
+                (None, _) | (_, None) => true,
+                (Some(end), Some(v_ended)) => end.at_ms >= v_ended,
+            }
+    });
+    other_command || process
 }

@@ -440,3 +440,48 @@ fn processes_running_at_a_crash_come_back_interrupted_once_and_ended_ones_as_the
     let (_, found) = Journal::recover("p", &dir).unwrap();
     assert_eq!(found.interrupted, 1, "the new one was running");
 }
+
+/// A command or a process may change files as a file tool does: one that
+/// ran after the verification leaves it standing for nothing, until the
+/// verification runs again after it.
+#[test]
+fn a_command_or_a_process_after_the_verification_leaves_it_unverified() {
+    let j = Journal::new("after", None).unwrap();
+    let verdict = |j: &Journal| {
+        let v = j.report(None, Some("pytest -q")).verification.unwrap();
+        (v.ran_after_last_write, v.passed)
+    };
+    write(&j, "calc.py");
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (true, true));
+    run(&j, "sed -i s/1/2/ calc.py", 0);
+    assert_eq!(verdict(&j), (false, false), "a command after it");
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (true, true));
+
+    // A command that started before it and finished after it.
+    let seq = j.next_seq();
+    run(&j, "pytest -q", 0);
+    j.command(seq, "make fmt", "/workspace", Instant::now(), &exit(0));
+    assert_eq!(verdict(&j), (false, false), "a command finishing after it");
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (true, true));
+
+    // A process started after it; then one running while it ran.
+    let late = process(&j, "sh -c 'sleep 1; echo 2 > calc.py'");
+    assert_eq!(verdict(&j), (false, false), "a process started after it");
+    j.process_ended(late, ended(0));
+    std::thread::sleep(Duration::from_millis(3));
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (true, true), "that process ended before it");
+    let watcher = process(&j, "make watch");
+    std::thread::sleep(Duration::from_millis(3));
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (false, false), "a process still running");
+    std::thread::sleep(Duration::from_millis(3));
+    j.process_ended(watcher, ended(0));
+    assert_eq!(verdict(&j), (false, false), "a process that ended after it");
+    std::thread::sleep(Duration::from_millis(3));
+    run(&j, "pytest -q", 0);
+    assert_eq!(verdict(&j), (true, true));
+}

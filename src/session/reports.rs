@@ -36,9 +36,14 @@ impl Session {
         verify: Option<&str>,
     ) -> Result<Reconciled, failure::Error> {
         let started = Instant::now();
+        // By name, never through links: a link a command planted cannot
+        // make an unplanned file "planned" (or a planned one unplanned),
+        // and one out of the workspace cannot fail the report. Writes are
+        // journaled by where they landed, so a write through a link shows
+        // as what it changed.
         let mut normalised = Vec::with_capacity(planned.len());
         for path in planned {
-            match self.workspace.landing(path).await {
+            match self.workspace.normalised(path) {
                 Ok(p) => normalised.push(p),
                 Err(e) => {
                     let e = e.into();

@@ -221,19 +221,12 @@ impl Workspace {
         .await
     }
 
-    /// Where `path` lands (or would land): its real workspace-relative path,
-    /// symlinks inside the workspace resolved, for paths that may not exist.
-    pub async fn landing(&self, path: &str) -> Result<String, Error> {
-        let inner = Arc::clone(&self.inner);
-        let rel = inner.root.rel(path)?;
-        blocking(move || {
-            inner
-                .root
-                .landing(&rel)
-                .map(|p| p.as_str().to_string())
-                .map_err(|e| Error::from_io("resolve", &rel, e))
-        })
-        .await
+    /// `path` as the workspace names it, normalised by its text alone
+    /// (`./a//b` is `a/b`; `..` out of the workspace, absolute paths
+    /// outside it and NUL bytes refused), no link followed: the name a
+    /// caller means, whatever a command has planted there since.
+    pub fn normalised(&self, path: &str) -> Result<String, Error> {
+        Ok(self.inner.root.rel(path)?.as_str().to_string())
     }
 
     /// The directory fd of the workspace root (`O_PATH`).

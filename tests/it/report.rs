@@ -189,3 +189,80 @@ async fn report_tells_a_faithful_run_from_a_drifting_one() {
     assert_eq!(lines.last().unwrap()["tool"], "CloseSession");
     server.stop().await;
 }
+
+/// A link a command plants cannot relabel the report: planned files are
+/// taken by name, never through links, so an edit through
+/// `src/a.py -> ../tests/test_x.py` shows as the unplanned test file it
+/// changed and the planned name as left alone; a link out of the workspace
+/// does not fail the report. And a command that changes code after the
+/// verification leaves it unverified until it runs again.
+#[tokio::test]
+async fn a_planted_link_cannot_relabel_the_report_and_a_later_command_unverifies_it() {
+    let server = TestServer::with_docker_mode_and(Mode::Supervisor, |_| {}).await;
+    let c = server.client.clone();
+    let (id, _ws) = project(&server).await;
+    let planted = run(
+        &c,
+        &id,
+        "mkdir -p src tests && echo 't = 1' > tests/test_x.py \
+         && ln -s ../tests/test_x.py src/a.py && ln -s /etc/passwd src/out.py",
+        30_000,
+    )
+    .await;
+    assert_eq!(planted.exit.exit_code, 0, "{}", planted.stderr());
+    c.clone()
+        .edit_file(edit_req(&id, "src/a.py", vec![edit("t = 1", "t = 2")]))
+        .await
+        .unwrap();
+    let asked = |verify: &str| pb::GetSessionReportRequest {
+        session_id: id.clone(),
+        planned_files: vec!["src/a.py".into(), "./src/out.py".into()],
+        verification_command: verify.into(),
+    };
+    let r = c
+        .clone()
+        .get_session_report(asked(VERIFY))
+        .await
+        .expect("a link out of the workspace does not fail the report")
+        .into_inner();
+    assert_eq!(r.planned_touched, Vec::<String>::new(), "{r:?}");
+    assert_eq!(r.unplanned, vec!["tests/test_x.py".to_string()], "{r:?}");
+    assert_eq!(
+        r.untouched,
+        vec!["src/a.py".to_string(), "src/out.py".to_string()],
+        "{r:?}"
+    );
+    assert!(
+        r.changed_unplanned.contains(&"tests/test_x.py".to_string()),
+        "{:?}",
+        r.changed_unplanned
+    );
+
+    // Verified, then a command changes the code: no longer verified.
+    c.clone()
+        .edit_file(edit_req(&id, "calc.py", vec![edit("a - b", "a + b")]))
+        .await
+        .unwrap();
+    assert_eq!(run(&c, &id, VERIFY, 30_000).await.exit.exit_code, 0);
+    let verdict = |r: pb::SessionReport| {
+        let v = r.verification.unwrap();
+        (v.ran_after_last_write, v.passed)
+    };
+    let r = c.clone().get_session_report(asked(VERIFY)).await.unwrap();
+    assert_eq!(verdict(r.into_inner()), (true, true));
+    run(&c, &id, "sed -i 's/a + b/a - b/' calc.py", 30_000).await;
+    let r = c.clone().get_session_report(asked(VERIFY)).await.unwrap();
+    assert_eq!(
+        verdict(r.into_inner()),
+        (false, false),
+        "a command after it"
+    );
+    assert_eq!(run(&c, &id, VERIFY, 30_000).await.exit.exit_code, 1);
+    let r = c.clone().get_session_report(asked(VERIFY)).await.unwrap();
+    assert_eq!(
+        verdict(r.into_inner()),
+        (true, false),
+        "run again, it fails"
+    );
+    server.stop().await;
+}
