@@ -48,6 +48,7 @@ impl From<pb::CreateSessionRequest> for NewSession {
 fn rules(read_only: bool, p: pb::Policy) -> Rules {
     Rules {
         read_only: read_only || p.read_only,
+        plan_mode: p.plan_mode,
         deny_writes: p.deny_writes,
         allow_writes: p.allow_writes,
         guard_patterns: p.guard_patterns,
@@ -63,6 +64,7 @@ impl From<Rules> for pb::Policy {
     fn from(r: Rules) -> Self {
         pb::Policy {
             read_only: r.read_only,
+            plan_mode: r.plan_mode,
             deny_writes: r.deny_writes,
             allow_writes: r.allow_writes,
             guard_patterns: r.guard_patterns,

@@ -367,6 +367,7 @@ fn session_files_depend_one_way_in_the_documented_order() {
 /// The rules of the permission table.
 const RULES: &[&str] = &[
     "read_only",
+    "plan_mode",
     "deny_writes",
     "allow_writes",
     "guard_patterns",

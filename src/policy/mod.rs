@@ -8,10 +8,12 @@
 //! a deny always wins over a grant (`allow_writes`, an approved plan's
 //! files) and over an ask, whatever the order.
 //!
-//! Plan mode is a preset of this table, not a flag checked elsewhere:
-//! `read_only` denies every mutation. An approved plan ([`Policy::granting`])
-//! replaces it with a grant of exactly the planned files that no deny
-//! withholds ([`plan`] says what a checkable plan holds).
+//! Two presets of this table, not flags checked elsewhere: `read_only`
+//! denies every mutation, for good (no plan is taken, whatever a person
+//! would approve); `plan_mode` denies every mutation until a plan is
+//! approved, which ([`Policy::granting`]) replaces it with a grant of
+//! exactly the planned files that no deny withholds ([`plan`] says what a
+//! checkable plan holds).
 //!
 //! Write rules are matched against the path a write really lands on (symlinks
 //! resolved, no `..`), case-insensitively, and against every ancestor
@@ -41,8 +43,13 @@ use guard::{Refusal, SlipGuard};
 /// A session's rules: what it asks for at creation, and what is in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rules {
-    /// Reading, listing, finding and searching only (plan mode).
+    /// Reading, listing, finding and searching only, for good: no plan
+    /// lifts it.
     pub read_only: bool,
+    /// Reading, listing, finding and searching only until a plan is
+    /// approved (see [`Policy::granting`]).
+    #[serde(default)]
+    pub plan_mode: bool,
     /// Globs of workspace paths the file tools must not write.
     pub deny_writes: Vec<String>,
     /// When non-empty, the file tools may write only paths matching one.
@@ -78,8 +85,15 @@ impl Rules {
 /// Why a call was refused by policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denial {
-    /// The session is read-only and the call would change something.
+    /// The session is read-only (for good) and the call would change
+    /// something, or submit a plan that would.
     ReadOnly {
+        /// The refused tool.
+        tool: &'static str,
+    },
+    /// The session is in plan mode (no plan approved yet) and the call
+    /// would change something.
+    PlanMode {
         /// The refused tool.
         tool: &'static str,
     },
@@ -238,6 +252,18 @@ impl Policy {
         if self.rules.read_only {
             return Err(Denial::ReadOnly { tool });
         }
+        if self.rules.plan_mode {
+            return Err(Denial::PlanMode { tool });
+        }
+        Ok(())
+    }
+
+    /// Refuses a plan for a read-only session: no approval may make it
+    /// write.
+    pub fn check_plan(&self) -> Result<(), Denial> {
+        if self.rules.read_only {
+            return Err(Denial::ReadOnly { tool: "SubmitPlan" });
+        }
         Ok(())
     }
 
@@ -347,8 +373,14 @@ impl Policy {
             .collect()
     }
 
-    /// Whether the session is in plan mode (read-only).
+    /// Whether the session is in plan mode (read-only until a plan is
+    /// approved).
     pub fn plan_mode(&self) -> bool {
+        self.rules.plan_mode
+    }
+
+    /// Whether the session is read-only, for good.
+    pub fn read_only(&self) -> bool {
         self.rules.read_only
     }
 
@@ -366,7 +398,7 @@ impl Policy {
         granted.sort();
         granted.dedup();
         let rules = Rules {
-            read_only: false,
+            plan_mode: false,
             plan_files: Some(granted.clone()),
             ..self.rules.clone()
         };

@@ -95,6 +95,44 @@ fn read_only_refuses_every_mutation() {
         p.check_command("ls"),
         Err(CommandDenied::Policy(Denial::ReadOnly { .. }))
     ));
+    // No plan is taken, so none can lift it.
+    assert!(matches!(
+        p.check_plan(),
+        Err(Denial::ReadOnly { tool: "SubmitPlan" })
+    ));
+}
+
+/// Plan mode refuses every mutation as read-only does, but takes a plan.
+#[test]
+fn plan_mode_refuses_every_mutation_until_a_plan() {
+    let p = policy(
+        &[],
+        Rules {
+            plan_mode: true,
+            ..Rules::default()
+        },
+    );
+    assert!(matches!(
+        p.check_write("EditFile", "a.txt"),
+        Err(Denial::PlanMode { tool: "EditFile" })
+    ));
+    assert!(matches!(
+        p.check_command("ls"),
+        Err(CommandDenied::Policy(Denial::PlanMode { .. }))
+    ));
+    assert!(p.check_plan().is_ok());
+    // A session both read-only and in plan mode stays read-only.
+    let both = policy(
+        &[],
+        Rules {
+            read_only: true,
+            plan_mode: true,
+            ..Rules::default()
+        },
+    );
+    assert!(both.check_plan().is_err());
+    let (granted, _) = both.granting(&strings(&["a.txt"]));
+    assert!(granted.read_only, "a plan never lifts read_only");
 }
 
 #[test]
@@ -223,7 +261,7 @@ fn an_approved_plan_grants_exactly_its_files_never_a_denied_one() {
     let plan_mode = policy(
         &["ci/**"],
         Rules {
-            read_only: true,
+            plan_mode: true,
             deny_writes: strings(&["tests/**"]),
             ask_writes: strings(&["src/**"]),
             ..Rules::default()
@@ -245,8 +283,9 @@ fn an_approved_plan_grants_exactly_its_files_never_a_denied_one() {
             },
         ]
     );
+    assert!(plan_mode.check_plan().is_ok());
     let (granted, files) = plan_mode.granting(&files);
-    assert!(!granted.read_only);
+    assert!(!granted.plan_mode);
     assert_eq!(files, strings(&["setup.py", "src/a.py"]));
     assert_eq!(granted.plan_files, Some(files));
     let operator = Rules {

@@ -134,6 +134,9 @@ impl Session {
         &self,
         plan: Plan,
     ) -> Result<(Plan, super::approvals::Ticket), failure::Error> {
+        // A read-only session takes no plan: nothing approved may make it
+        // write.
+        self.policy().check_plan().map_err(Error::Denied)?;
         let plan = plan
             .checked()
             .map_err(|problems| Error::InvalidPlan { problems })?;

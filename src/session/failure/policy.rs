@@ -15,13 +15,29 @@ pub(super) fn denial_status(denial: &Denial) -> Described {
             Code::PermissionDenied,
             reason::POLICY_DENIED,
             format!(
-                "This session is read-only (plan mode), so {tool} is refused. Nothing was changed or \
-                 run. Reading, listing, finding and searching work. To change files or run commands, \
-                 submit a plan (SubmitPlan, or the submit_plan tool: goal, steps with the files each \
-                 writes, the verification command, risks) for a person to approve."
+                "This session is read-only, so {tool} is refused. Nothing was changed or run. \
+                 Reading, listing, finding and searching work; a read-only session never changes \
+                 files or runs commands, and no plan or approval changes that. Report what you \
+                 found; to make changes, the caller must open a session without read_only (with \
+                 plan_mode, to have a person approve a plan first)."
             ),
             &[
                 ("rule", "read_only".to_string()),
+                ("tool", tool.to_string()),
+            ],
+        ),
+        Denial::PlanMode { tool } => status(
+            Code::PermissionDenied,
+            reason::POLICY_DENIED,
+            format!(
+                "This session is in plan mode (read-only until a plan is approved), so {tool} is \
+                 refused. Nothing was changed or run. Reading, listing, finding and searching work. \
+                 To change files or run commands, submit a plan (SubmitPlan, or the submit_plan \
+                 tool: goal, steps with the files each writes, the verification command, risks) for \
+                 a person to approve."
+            ),
+            &[
+                ("rule", "plan_mode".to_string()),
                 ("tool", tool.to_string()),
             ],
         ),

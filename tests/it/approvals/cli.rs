@@ -43,7 +43,10 @@ async fn the_cli_shows_decides_and_reports_rejections() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )

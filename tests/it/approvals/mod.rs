@@ -131,6 +131,13 @@ pub fn plan(files: &[&str], verification: &str) -> pb::Plan {
     }
 }
 
+/// A field of the refusal's ErrorInfo.
+pub fn meta(status: &tonic::Status, key: &str) -> String {
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info().expect("an ErrorInfo");
+    info.metadata.get(key).cloned().unwrap_or_default()
+}
+
 /// A service without Docker (file tools only) reached with the operator's
 /// and the approver's token, configured by `tweak`.
 pub async fn files_server(tweak: impl FnOnce(&mut Config)) -> TestServer {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sandboxd::pb;
 use sandboxd::pb::plan_event::Event;
 
-use super::{ADMIN, APPROVER, As, checkout, docker_server, next, open, plan};
+use super::{ADMIN, APPROVER, As, checkout, docker_server, meta, next, open, plan};
 use crate::common::{edit, edit_req, reason};
 
 #[tokio::test]
@@ -20,7 +20,10 @@ async fn an_approved_plan_grants_exactly_its_files_and_the_report_checks_it() {
         &admin,
         pb::CreateSessionRequest {
             workspace_path: dir.display().to_string(),
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -209,7 +212,10 @@ async fn a_rejected_plan_leaves_plan_mode_in_force() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -250,5 +256,64 @@ async fn a_rejected_plan_leaves_plan_mode_in_force() {
         .await
         .unwrap_err();
     assert_eq!(reason(&again), "APPROVAL_NOT_FOUND");
+    srv.stop().await;
+}
+
+/// `read_only` never writes, whatever is approved: a plan is refused at
+/// once (no approval is even asked for), and the session stays read-only;
+/// `plan_mode` on the same request does not loosen it. Plan mode alone
+/// takes the plan (the tests above).
+#[tokio::test]
+async fn a_read_only_session_takes_no_plan_and_stays_read_only() {
+    let srv = super::files_server(|_| {}).await;
+    let admin = As::new(&srv, ADMIN).await;
+    let approver = As::new(&srv, APPROVER).await;
+    approver.pending(0).await.unwrap();
+    for policy in [
+        None,
+        Some(pb::Policy {
+            plan_mode: true,
+            ..Default::default()
+        }),
+    ] {
+        let (id, token) = open(
+            &admin,
+            pb::CreateSessionRequest {
+                read_only: true,
+                policy: policy.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
+        let agent = As::new(&srv, &token).await;
+        let refused = agent
+            .submit(&id, plan(&["a.py"], "true"))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(reason(&refused), "POLICY_DENIED", "{policy:?}: {refused:?}");
+        assert_eq!(meta(&refused, "rule"), "read_only");
+        assert!(
+            refused
+                .message()
+                .contains("no plan or approval changes that"),
+            "{}",
+            refused.message()
+        );
+        assert!(
+            approver.pending(0).await.unwrap().is_empty(),
+            "nothing asked"
+        );
+        let still = agent
+            .c()
+            .create_file(pb::CreateFileRequest {
+                session_id: id.clone(),
+                path: "a.py".into(),
+                content: "x\n".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(meta(&still, "rule"), "read_only");
+    }
     srv.stop().await;
 }

@@ -27,8 +27,8 @@ async fn an_approved_plan_comes_back_after_a_kill() {
     let id = c
         .create_session(pb::CreateSessionRequest {
             workspace_path: dir.display().to_string(),
-            read_only: true,
             policy: Some(pb::Policy {
+                plan_mode: true,
                 deny_writes: vec!["tests/**".into()],
                 ..Default::default()
             }),
@@ -91,7 +91,7 @@ async fn an_approved_plan_comes_back_after_a_kill() {
     let _ = second.wait();
     let back = back.expect("the session came back");
     let policy = back.policy.unwrap();
-    assert!(!policy.read_only);
+    assert!(!policy.plan_mode);
     assert_eq!(policy.plan_files, vec!["src/calc.py".to_string()]);
     let plan = back.plan.expect("its plan came back");
     assert_eq!(plan.approval_id, p.approval_id);

@@ -8,7 +8,7 @@ use std::path::Path;
 use sandboxd::pb;
 use sandboxd::pb::plan_event::Event;
 
-use super::{ADMIN, APPROVER, As, checkout, files_server, next, open, plan};
+use super::{ADMIN, APPROVER, As, checkout, files_server, meta, next, open, plan};
 use crate::common::{edit, edit_req, reason};
 
 async fn checkpoint(agent: &As, id: &str) -> String {
@@ -40,13 +40,6 @@ async fn restore(agent: &As, id: &str, to: &str) -> Result<(), tonic::Status> {
 
 fn read(dir: &Path, path: &str) -> String {
     std::fs::read_to_string(dir.join(path)).unwrap()
-}
-
-/// A field of the refusal's ErrorInfo.
-fn meta(status: &tonic::Status, key: &str) -> String {
-    use tonic_types::StatusExt;
-    let info = status.get_details_error_info().expect("an ErrorInfo");
-    info.metadata.get(key).cloned().unwrap_or_default()
 }
 
 #[tokio::test]
@@ -98,7 +91,10 @@ async fn after_an_approved_plan_a_restore_keeps_to_the_plans_files() {
         &admin,
         pb::CreateSessionRequest {
             workspace_path: dir.display().to_string(),
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -109,7 +105,7 @@ async fn after_an_approved_plan_a_restore_keeps_to_the_plans_files() {
     let start = checkpoint(&agent, &id).await;
     let read_only = restore(&agent, &id, &start).await.unwrap_err();
     assert_eq!(reason(&read_only), "POLICY_DENIED");
-    assert_eq!(meta(&read_only, "rule"), "read_only");
+    assert_eq!(meta(&read_only, "rule"), "plan_mode");
 
     assert!(approver.pending(0).await.unwrap().is_empty());
     let mut events = agent

@@ -14,7 +14,10 @@ async fn approver_and_session_tokens_cannot_stand_in_for_each_other() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )

@@ -20,9 +20,9 @@ async fn an_unattended_session_never_waits() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
             unattended: true,
             policy: Some(pb::Policy {
+                plan_mode: true,
                 ask_writes: vec!["**".into()],
                 ..Default::default()
             }),
@@ -52,7 +52,7 @@ async fn an_unattended_session_never_waits() {
         .unwrap()
         .into_inner();
     assert!(info.unattended);
-    assert!(info.policy.unwrap().read_only, "still in plan mode");
+    assert!(info.policy.unwrap().plan_mode, "still in plan mode");
     srv.stop().await;
 }
 
@@ -63,7 +63,10 @@ async fn without_an_approver_seen_nothing_waits() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -111,7 +114,10 @@ async fn an_approval_nobody_answers_is_a_rejection() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -152,7 +158,10 @@ async fn closing_a_session_withdraws_what_it_waits_for() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         },
     )
@@ -187,7 +196,10 @@ async fn a_session_waiting_for_a_person_is_not_idle() {
     let (id, token) = open(
         &admin,
         pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ttl_seconds: 1,
             ..Default::default()
         },

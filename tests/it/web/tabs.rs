@@ -89,7 +89,10 @@ async fn the_plan_tab_shows_the_approved_plan_and_its_reconciliation() {
     let created = admin_rpc
         .clone()
         .create_session(pb::CreateSessionRequest {
-            read_only: true,
+            policy: Some(pb::Policy {
+                plan_mode: true,
+                ..Default::default()
+            }),
             ..Default::default()
         })
         .await
