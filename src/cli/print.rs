@@ -208,6 +208,9 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
         if p.read_only {
             rules.push("read-only".to_string());
         }
+        if p.plan_mode {
+            rules.push("plan mode".to_string());
+        }
         if !p.deny_writes.is_empty() {
             rules.push(format!("deny writes {}", p.deny_writes.join(", ")));
         }

@@ -90,7 +90,7 @@ def test_a_plan_approved_at_the_client_lifts_plan_mode_for_its_files_only(worksp
         async with mcp_session(
             "--workspace",
             str(workspace),
-            "--read-only",
+            "--plan-mode",
             "--deny-write",
             "tests/**",
             elicitation_callback=person,
@@ -154,7 +154,7 @@ def test_a_plan_rejected_at_the_client_says_so_with_the_note_and_grants_nothing(
     person = Person("accept", {"approve": False, "note": "split it in two plans"})
 
     async def main() -> None:
-        async with mcp_session("--workspace", str(workspace), "--read-only", elicitation_callback=person) as s:
+        async with mcp_session("--workspace", str(workspace), "--plan-mode", elicitation_callback=person) as s:
             rejected = await call(s, "submit_plan", **PLAN)
             shown = text(rejected)
             assert "not executed" in shown, shown
@@ -168,7 +168,7 @@ def test_a_plan_rejected_at_the_client_says_so_with_the_note_and_grants_nothing(
 
         # Declining the form is a rejection too, never an approval.
         declining = Person("decline")
-        async with mcp_session("--workspace", str(workspace), "--read-only", elicitation_callback=declining) as s:
+        async with mcp_session("--workspace", str(workspace), "--plan-mode", elicitation_callback=declining) as s:
             shown = text(await call(s, "submit_plan", **PLAN))
             assert "not executed" in shown and "declined" in shown, shown
             assert len(declining.asked) == 1
@@ -181,7 +181,7 @@ def test_a_client_without_elicitation_gets_approval_unavailable_at_once(workspac
     project(workspace)
 
     async def main() -> None:
-        async with mcp_session("--workspace", str(workspace), "--read-only") as s:
+        async with mcp_session("--workspace", str(workspace), "--plan-mode") as s:
             await call(s, "list_dir")
             started = time.monotonic()
             msg = await refused(s, "submit_plan", "APPROVAL_UNAVAILABLE", **PLAN)
@@ -263,7 +263,7 @@ def test_over_addr_the_operators_token_lets_the_person_at_the_client_approve(
 
     async def main() -> None:
         env = {"SANDBOXD_TOKEN": remote_service.token}
-        async with mcp_session("--addr", addr, "--read-only", env=env, elicitation_callback=person) as s:
+        async with mcp_session("--addr", addr, "--plan-mode", env=env, elicitation_callback=person) as s:
             await refused(s, "create_file", "POLICY_DENIED", path="note.txt", content="hi\n")
             approved = await call(s, "submit_plan", **plan)
             assert approved.structured_content["granted"] == ["note.txt"], text(approved)

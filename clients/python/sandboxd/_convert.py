@@ -86,6 +86,7 @@ def session(m: Any) -> t.SessionInfo:
         ),
         policy=t.Policy(
             read_only=m.policy.read_only,
+            plan_mode=m.policy.plan_mode,
             deny_writes=tuple(m.policy.deny_writes),
             allow_writes=tuple(m.policy.allow_writes),
             guard_patterns=tuple(m.policy.guard_patterns),

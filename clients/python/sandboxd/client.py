@@ -263,6 +263,7 @@ class Client:
         environment: Optional[str] = None,
         image: Optional[str] = None,
         read_only: bool = False,
+        plan_mode: bool = False,
         deny_writes: Iterable[str] = (),
         allow_writes: Iterable[str] = (),
         guard_patterns: Iterable[str] = (),
@@ -284,7 +285,9 @@ class Client:
         ``workspace``: an existing host directory under a root the operator
         allowed; default a fresh workspace the service removes on close.
         ``environment`` or ``image`` (not both) choose what commands run in.
-        ``read_only``, ``deny_writes`` (globs such as ``"tests/**"``),
+        ``read_only`` (never writes, takes no plan), ``plan_mode``
+        (read-only until a person approves a plan: :meth:`Session.submit_plan`),
+        ``deny_writes`` (globs such as ``"tests/**"``),
         ``allow_writes`` and ``guard_patterns`` (regexes the slip guard
         refuses) add to the operator's rules. ``ask_writes`` (globs),
         ``ask_commands`` (regexes) and ``ask_tools`` (``"CreateFile"``,
@@ -313,6 +316,7 @@ class Client:
             read_only=read_only,
             policy=pb.Policy(
                 read_only=read_only,
+                plan_mode=plan_mode,
                 deny_writes=list(deny_writes),
                 allow_writes=list(allow_writes),
                 guard_patterns=list(guard_patterns),

@@ -133,6 +133,8 @@ class Policy:
     ask_writes: tuple[str, ...] = ()
     ask_commands: tuple[str, ...] = ()
     ask_tools: tuple[str, ...] = ()
+    #: Read-only until a plan is approved (``read_only`` never writes).
+    plan_mode: bool = False
     #: Set by an approved plan: the file tools may write these files only.
     plan_files: tuple[str, ...] = ()
 

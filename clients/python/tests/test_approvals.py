@@ -94,7 +94,7 @@ class Approver(threading.Thread):
 
 
 def test_plan_mode_refuses_a_write(svc: Service, operator: sandboxd.Client) -> None:
-    agent, s = agent_session(svc, operator, read_only=True)
+    agent, s = agent_session(svc, operator, plan_mode=True)
     with agent, s:
         with pytest.raises(sandboxd.PolicyDenied):
             s.create("calc.py", "x = 1\n")
@@ -102,7 +102,7 @@ def test_plan_mode_refuses_a_write(svc: Service, operator: sandboxd.Client) -> N
 
 
 def test_a_plan_without_verification_is_invalid(svc: Service, operator: sandboxd.Client) -> None:
-    agent, s = agent_session(svc, operator, read_only=True)
+    agent, s = agent_session(svc, operator, plan_mode=True)
     with agent, s:
         with pytest.raises(sandboxd.InvalidPlan) as e:
             s.submit_plan("Make add() add", STEPS, verification="")
@@ -114,7 +114,7 @@ def test_a_plan_without_verification_is_invalid(svc: Service, operator: sandboxd
 def test_an_approved_plan_grants_its_files_and_withholds_a_denied_one(
     svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
 ) -> None:
-    agent, s = agent_session(svc, operator, read_only=True, deny_writes=["tests/**"])
+    agent, s = agent_session(svc, operator, plan_mode=True, deny_writes=["tests/**"])
     with agent, s:
         person = Approver(approver, s.id, lambda c, item: c.approve(item, "go ahead", decided_by="alice"))
         person.start()
@@ -159,7 +159,7 @@ def test_an_approved_plan_grants_its_files_and_withholds_a_denied_one(
         info = s.refresh()
         assert info.plan is not None and info.plan.approval_id == seen.approval_id
         assert info.plan.granted == ("calc.py",)
-        assert not info.policy.read_only
+        assert not info.policy.plan_mode
         report = s.report()
         assert report.plan is not None and report.plan.approval_id == seen.approval_id
         assert report.planned_touched == ("calc.py",)
@@ -171,7 +171,7 @@ def test_an_approved_plan_grants_its_files_and_withholds_a_denied_one(
 def test_a_rejected_plan_is_a_result_and_grants_nothing(
     svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
 ) -> None:
-    agent, s = agent_session(svc, operator, read_only=True)
+    agent, s = agent_session(svc, operator, plan_mode=True)
     with agent, s:
         person = Approver(approver, s.id, lambda c, item: c.reject(item.approval_id, "split it in two"))
         person.start()
@@ -188,7 +188,7 @@ def test_a_rejected_plan_is_a_result_and_grants_nothing(
 def test_a_plan_withdrawn_by_the_agent_no_longer_waits(
     svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
 ) -> None:
-    agent, s = agent_session(svc, operator, read_only=True)
+    agent, s = agent_session(svc, operator, plan_mode=True)
 
     class GiveUp(Exception):
         pass
@@ -241,7 +241,7 @@ def test_an_ask_rule_holds_a_write_until_decided(
 def test_an_unattended_session_gets_approval_unavailable_at_once(
     svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
 ) -> None:
-    agent, s = agent_session(svc, operator, read_only=True, unattended=True, ask_writes=["src/**"])
+    agent, s = agent_session(svc, operator, plan_mode=True, unattended=True, ask_writes=["src/**"])
     with agent, s:
         assert s.info.unattended
         began = time.monotonic()
@@ -263,7 +263,7 @@ def test_an_unattended_ask_rule_call_is_unavailable_at_once(svc: Service, operat
 def test_a_session_token_cannot_approve_and_the_approver_token_cannot_work(
     svc: Service, operator: sandboxd.Client, approver: sandboxd.Client
 ) -> None:
-    agent, s = agent_session(svc, operator, read_only=True)
+    agent, s = agent_session(svc, operator, plan_mode=True)
     with agent, s:
         with pytest.raises(sandboxd.NotPermitted):
             agent.approvals()

@@ -16,9 +16,14 @@ pub struct SessionSpec {
     /// Environment to run (see `sandboxd env build`).
     #[arg(long, default_value = "")]
     pub environment: String,
-    /// Reading, listing and searching only: no writes, no commands.
+    /// Reading, listing and searching only: no writes, no commands, and no
+    /// plan can change that.
     #[arg(long)]
     pub read_only: bool,
+    /// Plan mode: read-only until a person approves a plan, which grants
+    /// exactly its files.
+    #[arg(long)]
+    pub plan_mode: bool,
     /// Glob of paths the file tools must not write, e.g. "tests/**"
     /// (repeatable).
     #[arg(long = "deny-write")]
@@ -76,6 +81,7 @@ impl SessionSpec {
             }),
             policy: Some(pb::Policy {
                 read_only: self.read_only,
+                plan_mode: self.plan_mode,
                 deny_writes: self.deny_writes.clone(),
                 allow_writes: self.allow_writes.clone(),
                 guard_patterns: self.guard_patterns.clone(),

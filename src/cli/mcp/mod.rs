@@ -471,6 +471,11 @@ fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
     );
     if args.spec.read_only {
         text.push_str(
+            " This session is read-only: writes and commands are refused, and no plan \
+             changes that. Read, search and report what you find.",
+        );
+    } else if args.spec.plan_mode {
+        text.push_str(
             " This session starts in plan mode (read-only): writes and commands are refused \
              until a plan is approved. Read what you need, then propose a plan with \
              submit_plan (goal, steps with the exact files each writes, a verification \

@@ -5,7 +5,7 @@
 //! (INVALID_PLAN naming what is missing, APPROVAL_UNAVAILABLE when nobody
 //! can approve, which the service words as "proceed on the safest option").
 //!
-//! A session started with `--read-only` is in plan mode: it reads, and an
+//! A session started with `--plan-mode` is in plan mode: it reads, and an
 //! approved plan is how it starts writing.
 
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ pub const DESCRIPTION: &str = "Propose a plan to the person watching this sessio
      for their answer. A plan names its goal, its steps with the exact workspace-relative \
      files each writes, the verification command that proves the change (run it after the \
      last write), and its risks; one without a goal, files or verification is refused with \
-     INVALID_PLAN naming what is missing. A session started in plan mode (read-only) can \
+     INVALID_PLAN naming what is missing. A session started in plan mode (--plan-mode) can \
      read but not write or run until a plan is approved: submit_plan is how to leave plan \
      mode. Approval lets the file tools write exactly the planned files, except those a rule \
      withholds (named with the rule); any other write is refused. A rejection says why; \

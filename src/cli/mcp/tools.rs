@@ -121,7 +121,7 @@ const HELD: [&str; 5] = [
 ];
 
 /// What the held tools' descriptions add.
-const HELD_NOTE: &str = " In plan mode (a session started read-only) it is refused until \
+const HELD_NOTE: &str = " In plan mode (a session started with --plan-mode) it is refused until \
      submit_plan is approved, and then allowed for the planned files only. A call a rule \
      holds for a person's approval waits for it; a rejected call is not executed, and its \
      result says so and why.";

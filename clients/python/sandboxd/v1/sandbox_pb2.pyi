@@ -120,7 +120,7 @@ PROCESS_SIGNAL_TERM: ProcessSignal
 PROCESS_SIGNAL_KILL: ProcessSignal
 
 class Policy(_message.Message):
-    __slots__ = ("read_only", "deny_writes", "allow_writes", "guard_patterns", "ask_writes", "ask_commands", "ask_tools", "plan_files")
+    __slots__ = ("read_only", "deny_writes", "allow_writes", "guard_patterns", "ask_writes", "ask_commands", "ask_tools", "plan_files", "plan_mode")
     READ_ONLY_FIELD_NUMBER: _ClassVar[int]
     DENY_WRITES_FIELD_NUMBER: _ClassVar[int]
     ALLOW_WRITES_FIELD_NUMBER: _ClassVar[int]
@@ -129,6 +129,7 @@ class Policy(_message.Message):
     ASK_COMMANDS_FIELD_NUMBER: _ClassVar[int]
     ASK_TOOLS_FIELD_NUMBER: _ClassVar[int]
     PLAN_FILES_FIELD_NUMBER: _ClassVar[int]
+    PLAN_MODE_FIELD_NUMBER: _ClassVar[int]
     read_only: bool
     deny_writes: _containers.RepeatedScalarFieldContainer[str]
     allow_writes: _containers.RepeatedScalarFieldContainer[str]
@@ -137,7 +138,8 @@ class Policy(_message.Message):
     ask_commands: _containers.RepeatedScalarFieldContainer[str]
     ask_tools: _containers.RepeatedScalarFieldContainer[str]
     plan_files: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, read_only: _Optional[bool] = ..., deny_writes: _Optional[_Iterable[str]] = ..., allow_writes: _Optional[_Iterable[str]] = ..., guard_patterns: _Optional[_Iterable[str]] = ..., ask_writes: _Optional[_Iterable[str]] = ..., ask_commands: _Optional[_Iterable[str]] = ..., ask_tools: _Optional[_Iterable[str]] = ..., plan_files: _Optional[_Iterable[str]] = ...) -> None: ...
+    plan_mode: bool
+    def __init__(self, read_only: _Optional[bool] = ..., deny_writes: _Optional[_Iterable[str]] = ..., allow_writes: _Optional[_Iterable[str]] = ..., guard_patterns: _Optional[_Iterable[str]] = ..., ask_writes: _Optional[_Iterable[str]] = ..., ask_commands: _Optional[_Iterable[str]] = ..., ask_tools: _Optional[_Iterable[str]] = ..., plan_files: _Optional[_Iterable[str]] = ..., plan_mode: _Optional[bool] = ...) -> None: ...
 
 class Limits(_message.Message):
     __slots__ = ("memory_bytes", "nano_cpus", "pids", "disk_bytes", "inodes")

@@ -435,7 +435,7 @@ class SandboxServicer:
         or without a verification command is refused whole with INVALID_PLAN
         (nothing of it is kept). Otherwise the stream answers `pending` at
         once, then `approved` or `rejected`. Approval lifts plan mode
-        (read_only) and grants the file tools exactly the planned files, each
+        (policy.plan_mode) and grants the file tools exactly the planned files, each
         checked against the deny rules: files a rule withholds are named with
         that rule. The verification command and the files become the session's
         plan, which GetSessionReport reconciles against. Nobody to approve (an
