@@ -373,15 +373,16 @@ impl Policy {
             .collect()
     }
 
-    /// Whether the session is in plan mode (read-only until a plan is
-    /// approved).
-    pub fn plan_mode(&self) -> bool {
-        self.rules.plan_mode
-    }
-
-    /// Whether the session is read-only, for good.
-    pub fn read_only(&self) -> bool {
-        self.rules.read_only
+    /// Which preset is in force, as a log line names it: `read-only` (for
+    /// good), `plan mode` (until a plan is approved) or `writable`.
+    pub fn preset(&self) -> &'static str {
+        if self.rules.read_only {
+            "read-only"
+        } else if self.rules.plan_mode {
+            "plan mode"
+        } else {
+            "writable"
+        }
     }
 
     /// The rules once a plan of `files` is approved, and the files granted:

@@ -363,11 +363,10 @@ impl Registry {
         }
         let mut info = session.info().await;
         let summary = format!(
-            "workspace {}, image {}, read_only {}, plan_mode {}",
+            "workspace {}, image {}, {}",
             info.workspace_path.display(),
             info.image,
-            session.policy().read_only(),
-            session.policy().plan_mode()
+            session.policy().preset()
         );
         session
             .journal
