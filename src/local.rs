@@ -100,6 +100,8 @@ pub enum Error {
 pub struct Local {
     /// A client connected to it.
     pub client: Client,
+    /// The channel that client uses, for clients with other tokens.
+    pub channel: Channel,
     /// Where it listens.
     pub addr: SocketAddr,
     /// The token it demands, if it is private ([`Builder::private`]).
@@ -341,7 +343,8 @@ impl Builder {
             .connect()
             .await?;
         Ok(Local {
-            client: client(channel, bearer),
+            client: client(channel.clone(), bearer),
+            channel,
             addr,
             token,
             registry,

@@ -9,7 +9,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::pb::{self, sandbox_server::Sandbox};
-use crate::session::{Caller, Gated, Registry};
+use crate::session::{Caller, Gated, Registry, Scope};
 
 /// The `sandboxd.v1.Sandbox` service over a session registry.
 #[derive(Debug, Clone)]
@@ -418,8 +418,16 @@ impl Sandbox for SandboxService {
         req: Request<pb::ListPendingApprovalsRequest>,
     ) -> Reply<pb::ListPendingApprovalsResponse> {
         let caller = caller(&req);
-        let wait = std::time::Duration::from_millis(req.into_inner().wait_ms);
-        let pending = self.registry.pending_approvals(&caller, wait).await?;
+        let r = req.into_inner();
+        let wait = std::time::Duration::from_millis(r.wait_ms);
+        let scope = match r.session_id {
+            id if id.is_empty() => Scope::All,
+            id => Scope::Session(id),
+        };
+        let pending = self
+            .registry
+            .pending_approvals(&caller, &scope, wait)
+            .await?;
         Ok(Response::new(pb::ListPendingApprovalsResponse {
             pending: pending.into_iter().map(Into::into).collect(),
         }))

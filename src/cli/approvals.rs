@@ -98,7 +98,10 @@ pub async fn approvals(
     }
     let wait_ms = args.wait.min(MAX_WAIT_SECS) * 1000;
     match c
-        .list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms })
+        .list_pending_approvals(pb::ListPendingApprovalsRequest {
+            wait_ms,
+            ..Default::default()
+        })
         .await
     {
         Ok(r) => {
@@ -252,7 +255,7 @@ impl<'a> Interactive<'a> {
         let mut wait_ms = 0;
         loop {
             let listed = tokio::select! {
-                listed = self.c.list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms }) => listed,
+                listed = self.c.list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms, ..Default::default() }) => listed,
                 key = self.keys.next() => {
                     if key == Key::Quit {
                         return Ok(self.quit());

@@ -23,9 +23,16 @@ pub async fn client(
     Ok(sandboxd::local::client(channel, bearer))
 }
 
+/// A client over `channel` that sends `token` with every call.
+pub fn with_token(channel: Channel, token: &str) -> Result<Client, AnyError> {
+    let bearer = sandboxd::local::Bearer::new(Some(token))
+        .ok_or("the token has characters a header cannot carry")?;
+    Ok(sandboxd::local::client(channel, bearer))
+}
+
 /// Connects to `addr`: http://, https:// (trusting `ca_cert`, or the
 /// system's roots when none is given) or unix:/PATH.
-async fn connect(addr: &str, ca_cert: Option<&Path>) -> Result<Channel, AnyError> {
+pub async fn connect(addr: &str, ca_cert: Option<&Path>) -> Result<Channel, AnyError> {
     use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
     let unreachable = |e: tonic::transport::Error| {
         format!("cannot reach sandboxd at {addr}: {e:?} (start it with `sandboxd serve`)")

@@ -21,6 +21,11 @@ use tokio::sync::{Notify, oneshot};
 use crate::policy::Withheld;
 use crate::policy::plan::Plan;
 
+mod presence;
+
+use presence::Presence;
+pub use presence::Scope;
+
 /// Operator settings for approvals.
 #[derive(Debug, Clone, Copy)]
 pub struct ApprovalConfig {
@@ -196,9 +201,7 @@ struct Entry {
 struct Inner {
     /// By arrival order.
     waiting: BTreeMap<u64, Entry>,
-    last_seen: Option<Instant>,
-    /// Approvers waiting in a long poll now.
-    listening: usize,
+    presence: Presence,
 }
 
 /// The service's waiting plans and calls.
@@ -240,7 +243,9 @@ pub struct Ticket {
 impl Approvals {
     /// An empty table with the operator's settings.
     pub fn new(config: ApprovalConfig) -> Approvals {
-        let nonce = crate::secret::random_hex()[..4].to_string();
+        // 64 random bits: ids of an earlier run of the service never
+        // come back.
+        let nonce = crate::secret::random_hex()[..16].to_string();
         Approvals {
             config,
             nonce,
@@ -254,21 +259,20 @@ impl Approvals {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Marks an approver as present now.
-    pub fn seen(&self) {
-        self.lock().last_seen = Some(Instant::now());
+    /// Marks an approver of `scope` as present now.
+    pub fn seen(&self, scope: &Scope) {
+        self.lock().presence.seen(scope, self.config.absent_after);
     }
 
-    /// Whether a person can answer for a session `unattended` or not.
-    pub fn available(&self, unattended: bool) -> Result<(), Unavailable> {
+    /// Whether a person can answer for `session`, `unattended` or not.
+    pub fn available(&self, session: &str, unattended: bool) -> Result<(), Unavailable> {
         if unattended {
             return Err(Unavailable::Unattended);
         }
-        let inner = self.lock();
-        let present = inner.listening > 0
-            || inner
-                .last_seen
-                .is_some_and(|at| at.elapsed() <= self.config.absent_after);
+        let present = self
+            .lock()
+            .presence
+            .present_for(session, self.config.absent_after);
         if present {
             Ok(())
         } else {
@@ -287,7 +291,7 @@ impl Approvals {
         unattended: bool,
         asked: Asked,
     ) -> Result<Ticket, Unavailable> {
-        self.available(unattended)?;
+        self.available(session, unattended)?;
         let brief = asked.brief();
         let (tx, rx) = oneshot::channel();
         let key = self.next.fetch_add(1, Ordering::Relaxed);
@@ -341,30 +345,45 @@ impl Approvals {
         })
     }
 
-    /// What waits now, oldest first; waits up to `wait` for something when
-    /// nothing does. The caller is an approver: it is marked present.
-    pub async fn pending(&self, wait: Duration) -> Vec<Pending> {
-        let arrived = self.arrived.notified();
-        tokio::pin!(arrived);
-        arrived.as_mut().enable();
-        let now = self.snapshot();
-        if !now.is_empty() || wait.is_zero() {
-            return now;
+    /// What waits now in `scope`, oldest first; waits up to `wait` for
+    /// something when nothing does. The caller is an approver of `scope`:
+    /// it is marked present for it.
+    pub async fn pending(&self, scope: &Scope, wait: Duration) -> Vec<Pending> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut listening = None;
+        loop {
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            let now = self.snapshot(scope);
+            if !now.is_empty() || tokio::time::Instant::now() >= deadline {
+                return now;
+            }
+            if listening.is_none() {
+                self.lock().presence.listen(scope);
+                listening = Some(scopeguard(|| {
+                    let mut inner = self.lock();
+                    inner.presence.unlisten(scope);
+                    inner.presence.seen(scope, self.config.absent_after);
+                }));
+            }
+            // Woken by any session's wait: listed again, and waited on
+            // again if none is in scope.
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                return self.snapshot(scope);
+            }
         }
-        self.lock().listening += 1;
-        let _listening = scopeguard(|| {
-            let mut inner = self.lock();
-            inner.listening -= 1;
-            inner.last_seen = Some(Instant::now());
-        });
-        let _ = tokio::time::timeout(wait, arrived).await;
-        self.snapshot()
     }
 
-    fn snapshot(&self) -> Vec<Pending> {
+    fn snapshot(&self, scope: &Scope) -> Vec<Pending> {
         let mut inner = self.lock();
-        inner.last_seen = Some(Instant::now());
-        inner.waiting.values().map(|e| e.pending.clone()).collect()
+        inner.presence.seen(scope, self.config.absent_after);
+        inner
+            .waiting
+            .values()
+            .filter(|e| scope.covers(&e.pending.session))
+            .map(|e| e.pending.clone())
+            .collect()
     }
 
     /// Decides the wait `id`: approves or rejects it, by `decision`. The
@@ -378,13 +397,18 @@ impl Approvals {
     ) -> Result<Pending, NotPending> {
         let entry = {
             let mut inner = self.lock();
-            inner.last_seen = Some(Instant::now());
             let key = inner
                 .waiting
                 .iter()
                 .find(|(_, e)| e.pending.id == id)
                 .map(|(k, _)| *k);
-            key.and_then(|k| inner.waiting.remove(&k))
+            let entry = key.and_then(|k| inner.waiting.remove(&k));
+            // Present for the session it answered, not for every one.
+            if let Some(e) = &entry {
+                let scope = Scope::Session(e.pending.session.clone());
+                inner.presence.seen(&scope, self.config.absent_after);
+            }
+            entry
         };
         let entry = entry.ok_or_else(|| NotPending { id: id.to_string() })?;
         let answer = if approve {
@@ -527,7 +551,7 @@ mod tests {
             a.ask("s", PathBuf::new(), false, call()),
             Err(Unavailable::NoApprover { .. })
         ));
-        a.seen();
+        a.seen(&Scope::All);
         assert!(matches!(
             a.ask("s", PathBuf::new(), true, call()),
             Err(Unavailable::Unattended)
@@ -538,10 +562,10 @@ mod tests {
     #[tokio::test]
     async fn a_decision_reaches_the_asker_and_only_once() {
         let a = approvals(10_000);
-        a.seen();
+        a.seen(&Scope::All);
         let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
         let id = ticket.id.clone();
-        assert_eq!(a.pending(Duration::ZERO).await.len(), 1);
+        assert_eq!(a.pending(&Scope::All, Duration::ZERO).await.len(), 1);
         a.decide(&id, true, by("operator")).unwrap();
         assert!(matches!(ticket.answer().await, Answer::Approved(d) if d.by == "operator"));
         assert!(matches!(a.decide(&id, false, by("x")), Err(NotPending { id: i }) if i == id));
@@ -551,7 +575,7 @@ mod tests {
     #[tokio::test]
     async fn an_unanswered_wait_is_a_rejection() {
         let a = approvals(50);
-        a.seen();
+        a.seen(&Scope::All);
         let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
         assert!(matches!(ticket.answer().await, Answer::TimedOut { .. }));
         assert!(a.is_empty());
@@ -560,7 +584,7 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_leaves_withdraws_its_wait() {
         let a = approvals(10_000);
-        a.seen();
+        a.seen(&Scope::All);
         let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
         let id = ticket.id.clone();
         drop(ticket);
@@ -571,7 +595,7 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_leaves_mid_wait_withdraws_it() {
         let a = approvals(10_000);
-        a.seen();
+        a.seen(&Scope::All);
         let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
         let id = ticket.id.clone();
         let waiting = tokio::spawn(ticket.answer());
@@ -586,7 +610,7 @@ mod tests {
     #[tokio::test]
     async fn waits_are_bounded_per_session_and_in_all() {
         let a = approvals(10_000);
-        a.seen();
+        a.seen(&Scope::All);
         let _one = a.ask("s", PathBuf::new(), false, call()).unwrap();
         let _two = a.ask("s", PathBuf::new(), false, call()).unwrap();
         assert!(matches!(
@@ -609,10 +633,10 @@ mod tests {
     #[tokio::test]
     async fn a_listening_approver_is_woken_by_a_new_wait() {
         let a = approvals(10_000);
-        a.seen();
+        a.seen(&Scope::All);
         let listener = {
             let a = std::sync::Arc::clone(&a);
-            tokio::spawn(async move { a.pending(Duration::from_secs(30)).await })
+            tokio::spawn(async move { a.pending(&Scope::All, Duration::from_secs(30)).await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         let ticket = a.ask("s", PathBuf::new(), false, call()).unwrap();
@@ -623,5 +647,42 @@ mod tests {
         assert_eq!(seen.len(), 1);
         a.withdraw_session("s");
         assert!(matches!(ticket.answer().await, Answer::Withdrawn(_)));
+    }
+
+    #[tokio::test]
+    async fn an_approver_of_one_session_holds_nothing_of_another() {
+        let a = approvals(10_000);
+        let own = Scope::Session("mine".into());
+        let listener = {
+            let a = std::sync::Arc::clone(&a);
+            let own = own.clone();
+            tokio::spawn(async move { a.pending(&own, Duration::from_secs(30)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Another session's call is refused at once: nobody answers for it.
+        assert!(matches!(
+            a.ask("other", PathBuf::new(), false, call()),
+            Err(Unavailable::NoApprover { .. })
+        ));
+        // Its own is held, and only it reaches the listener.
+        a.seen(&Scope::All);
+        let _theirs = a.ask("other", PathBuf::new(), false, call()).unwrap();
+        let mine = a.ask("mine", PathBuf::new(), false, call()).unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(5), listener)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].id, mine.id);
+        assert_eq!(a.pending(&own, Duration::ZERO).await.len(), 1);
+        assert_eq!(a.pending(&Scope::All, Duration::ZERO).await.len(), 2);
+    }
+
+    #[test]
+    fn ids_carry_64_random_bits() {
+        let one = approvals(1000);
+        let two = approvals(1000);
+        assert_eq!(one.nonce.len(), 16);
+        assert_ne!(one.nonce, two.nonce);
     }
 }

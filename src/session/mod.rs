@@ -63,7 +63,7 @@ mod slots;
 mod tools;
 pub mod watch;
 
-pub use approvals::{ApprovedPlan, Asked, Decision, Gated, Pending, Rejection};
+pub use approvals::{ApprovedPlan, Asked, Decision, Gated, Pending, Rejection, Scope};
 pub use archives::{Chunks, DownloadEvent, Upload};
 pub use builds::BuildEvents;
 pub use checkpoints::Restore;

@@ -26,11 +26,12 @@ use rmcp::{Peer, RoleServer};
 use sandboxd::pb;
 use sandboxd::pb::pending_approval::What;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tonic_types::StatusExt;
 
+use super::open::Ready;
 use super::render;
-use super::tools::{Refused, Session};
+use super::tools::Refused;
 use crate::cli::connect::Client;
 
 /// Who is at the client, as its `initialize` said.
@@ -67,15 +68,17 @@ impl Attendance {
     }
 }
 
-/// Whether `client`'s token may decide approvals. The call lists what is
-/// pending without waiting, which also marks an approver as present, so a
-/// plan submitted right after the session opens finds one.
+/// Whether `client`'s token may decide approvals. The call lists, without
+/// waiting, what is pending for a session id no session has: it answers
+/// only whether the token may list, and marks nobody present (an approver
+/// counts as present only for the sessions it lists).
 pub async fn can_decide(client: &Client) -> bool {
     let mut c = client.clone();
-    match c
-        .list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms: 0 })
-        .await
-    {
+    let probe = pb::ListPendingApprovalsRequest {
+        wait_ms: 0,
+        session_id: "(none)".into(),
+    };
+    match c.list_pending_approvals(probe).await {
         Ok(_) => true,
         Err(status) => {
             let refused = Refused::from(status);
@@ -126,42 +129,48 @@ const ASK_MARGIN: Duration = Duration::from_secs(3);
 /// Acts as the approver of the session once it is open, for as long as
 /// the task lives (the caller aborts it when the client goes away). Does
 /// nothing when the client cannot ask its user or the token cannot decide.
-pub async fn attend(
-    mut ready: watch::Receiver<Option<Result<Session, Refused>>>,
-    peer: Peer<RoleServer>,
-    attendance: Attendance,
-) {
+pub async fn attend(mut ready: Ready, peer: Peer<RoleServer>, attendance: Attendance) {
     if !attendance.elicits {
         return;
     }
-    let session = match ready.wait_for(Option::is_some).await {
+    let opened = match ready.wait_for(Option::is_some).await {
         Ok(opened) => match opened.clone() {
-            Some(Ok(session)) => session,
+            Some(Ok(opened)) => opened,
             _ => return,
         },
         Err(_) => return,
     };
-    if !can_decide(&session.client).await {
+    if !can_decide(&opened.approver).await {
         return;
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let watching = tokio::spawn(watch_pending(session.clone(), tx));
+    let watching = tokio::spawn(watch_pending(
+        opened.approver.clone(),
+        opened.session.id.clone(),
+        tx,
+    ));
     while let Some(pending) = rx.recv().await {
         let (verdict, note) = ask(&peer, &pending).await;
-        decide(&session.client, &pending, verdict, note, &attendance).await;
+        decide(&opened.approver, &pending, verdict, note, &attendance).await;
     }
     watching.abort();
 }
 
-/// Lists pending approvals in a loop (which keeps the approver marked
-/// present) and passes on each new one of this session, once.
-async fn watch_pending(session: Session, tx: mpsc::UnboundedSender<pb::PendingApproval>) {
-    let mut c = session.client.clone();
+/// Lists this session's pending approvals in a loop (which keeps the
+/// approver marked present for this session alone) and passes on each new
+/// one, once.
+async fn watch_pending(
+    client: Client,
+    session: String,
+    tx: mpsc::UnboundedSender<pb::PendingApproval>,
+) {
+    let mut c = client;
     let mut queued: HashSet<String> = HashSet::new();
     loop {
         let listed = c
             .list_pending_approvals(pb::ListPendingApprovalsRequest {
                 wait_ms: POLL_WAIT_MS,
+                session_id: session.clone(),
             })
             .await;
         let pending = match listed {
@@ -185,7 +194,7 @@ async fn watch_pending(session: Session, tx: mpsc::UnboundedSender<pb::PendingAp
         // Forgotten once no longer pending (decided, timed out, withdrawn):
         // a listing taken while one was being decided still names it.
         queued.retain(|id| pending.iter().any(|p| &p.approval_id == id));
-        for p in pending.iter().filter(|p| p.session_id == session.id) {
+        for p in pending.iter().filter(|p| p.session_id == session) {
             if queued.insert(p.approval_id.clone()) && tx.send(p.clone()).is_err() {
                 return;
             }

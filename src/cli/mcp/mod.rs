@@ -29,6 +29,7 @@
 //! `approval` the approver, `render` the text a model reads.
 
 mod approval;
+mod open;
 mod plan;
 mod render;
 mod tools;
@@ -36,7 +37,6 @@ mod tools;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -46,15 +46,11 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
-use sandboxd::local::Local;
-use sandboxd::pb;
-use sandboxd::sandbox::docker::DockerRuntime;
-use sandboxd::state::StateDir;
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::client::{SessionSpec, Target};
-use super::{AnyError, connect, token};
+use super::{AnyError, token};
 use approval::Attendance;
 use tools::{Refused, Session};
 
@@ -86,19 +82,6 @@ pub struct McpArgs {
     service_name: Option<String>,
 }
 
-/// Where the session lives, kept to close it at the end.
-enum Backend {
-    /// The private service: stopping it closes the session.
-    Private(Local),
-    /// A running service: the session is closed unless it was attached.
-    Remote {
-        client: connect::Client,
-        close: Option<String>,
-    },
-    /// Nothing was opened.
-    None,
-}
-
 /// Serves the tools until the client disconnects or SIGTERM / SIGINT, then
 /// closes the session.
 pub async fn run(
@@ -115,7 +98,7 @@ pub async fn run(
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let remote = target.given_addr().map(|addr| Remote {
+    let remote = target.given_addr().map(|addr| open::Remote {
         addr: addr.to_string(),
         ca_cert: target.ca_cert().map(Path::to_path_buf),
         token: token.or_else(|| token::local_token(addr)),
@@ -130,7 +113,7 @@ pub async fn run(
     // session is created only then (the private service starts meanwhile).
     let (attendance_tx, attendance) = watch::channel(None);
     let instructions = instructions(workspace.as_deref(), &args);
-    let opening = tokio::spawn(open(args, remote, workspace, ready_tx, attendance));
+    let opening = tokio::spawn(open::open(args, remote, workspace, ready_tx, attendance));
 
     let bridge = Bridge {
         ready: ready.clone(),
@@ -163,14 +146,14 @@ pub async fn run(
         () = tokio::time::sleep(OPENING_GRACE) => {
             eprintln!("sandboxd: the session was still opening after {OPENING_GRACE:?}: given up");
             opening.abort();
-            Backend::None
+            open::Backend::None
         }
         () = stop.signalled() => {
             opening.abort();
-            Backend::None
+            open::Backend::None
         }
     };
-    close(backend).await;
+    open::close(backend).await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -224,234 +207,6 @@ fn absolute(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(std::env::current_dir()?.join(dir))
 }
 
-/// A running service to use.
-struct Remote {
-    addr: String,
-    ca_cert: Option<PathBuf>,
-    token: Option<String>,
-}
-
-/// Opens the session and tells the bridge, which waits for it.
-async fn open(
-    args: McpArgs,
-    remote: Option<Remote>,
-    workspace: Option<PathBuf>,
-    ready: watch::Sender<Option<Result<Session, Refused>>>,
-    attendance: watch::Receiver<Option<Attendance>>,
-) -> Backend {
-    let (backend, session) = match remote {
-        None => open_private(&args, workspace, attendance).await,
-        Some(remote) => open_remote(&args, remote, workspace, attendance).await,
-    };
-    let session = session.inspect(|s| keep_alive(s.clone(), ready.clone()));
-    if let Err(refused) = &session {
-        tracing::error!(reason = %refused.reason, "{}", refused.message);
-    }
-    let _ = ready.send(Some(session));
-    backend
-}
-
-/// The unavailable-sandbox refusal every tool gives when no session could
-/// be opened.
-fn unavailable(why: impl std::fmt::Display) -> Refused {
-    Refused::new(
-        "SANDBOX_UNAVAILABLE",
-        format!("sandboxd could not open a session: {why}. No tool can work until it is fixed"),
-    )
-}
-
-async fn open_private(
-    args: &McpArgs,
-    workspace: Option<PathBuf>,
-    attendance: watch::Receiver<Option<Attendance>>,
-) -> (Backend, Result<Session, Refused>) {
-    let workspace = match workspace.map(std::fs::canonicalize).transpose() {
-        Ok(w) => w,
-        Err(e) => {
-            return (
-                Backend::None,
-                Err(unavailable(format!("the workspace: {e}"))),
-            );
-        }
-    };
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(e) => return (Backend::None, Err(unavailable(e))),
-    };
-    let name = args
-        .service_name
-        .clone()
-        .unwrap_or_else(|| format!("sandboxd-mcp-{}", std::process::id()));
-    // Private services keep their state in one place, each marked live by
-    // its process: what dead ones left (killed, the machine reset) is
-    // removed first.
-    let docker = Arc::new(DockerRuntime::new(None));
-    let home = StateDir::default_root().join("mcp");
-    for dead in sandboxd::local::sweep_dead(&home, Arc::clone(&docker)).await {
-        eprintln!("sandboxd: removed what the dead private service {dead} left");
-    }
-    let builder = match Local::builder_in(&name, &home) {
-        Ok(b) => b.docker(docker),
-        Err(e) => return (Backend::None, Err(unavailable(e))),
-    };
-    let image = (!args.spec.image.is_empty()).then(|| args.spec.image.clone());
-    let runtime = args.container_runtime.clone();
-    let root = workspace.clone();
-    eprintln!(
-        "sandboxd: starting a private service (the first start builds the sandbox image, about a minute)"
-    );
-    let local = builder
-        .supervisor(exe)
-        .private()
-        .configure(move |config| {
-            config.allowed_roots = root.into_iter().collect();
-            config.sandbox.pool_size = 0;
-            config.default_ttl = config.max_ttl;
-            config.sandbox.allowed_images.extend(image);
-            config.sandbox.runtime = runtime;
-        })
-        .start()
-        .await;
-    let local = match local {
-        Ok(local) => local,
-        Err(e) => return (Backend::None, Err(unavailable(e))),
-    };
-    let client = local.client.clone();
-    let attended = attended(&client, attendance).await;
-    let session = create(client, args, workspace, attended).await;
-    (Backend::Private(local), session)
-}
-
-async fn open_remote(
-    args: &McpArgs,
-    remote: Remote,
-    workspace: Option<PathBuf>,
-    attendance: watch::Receiver<Option<Attendance>>,
-) -> (Backend, Result<Session, Refused>) {
-    let client = match connect::client(&remote.addr, remote.ca_cert.as_deref(), remote.token).await
-    {
-        Ok(c) => c,
-        Err(e) => return (Backend::None, Err(unavailable(e))),
-    };
-    if let Some(id) = &args.attach {
-        let mut c = client.clone();
-        let got = c
-            .get_session(pb::GetSessionRequest {
-                session_id: id.clone(),
-            })
-            .await;
-        let session = got.map(|_| Session {
-            client: client.clone(),
-            id: id.clone(),
-        });
-        let backend = Backend::Remote {
-            client,
-            close: None,
-        };
-        return (backend, session.map_err(Refused::from));
-    }
-    let attended = attended(&client, attendance).await;
-    let session = create(client.clone(), args, workspace, attended).await;
-    let close = session.as_ref().ok().map(|s| s.id.clone());
-    (Backend::Remote { client, close }, session)
-}
-
-/// Whether a person can answer for the session: the client can ask its
-/// user (known once it initializes; a client gone before that cannot) and
-/// the token may decide.
-async fn attended(
-    client: &connect::Client,
-    mut attendance: watch::Receiver<Option<Attendance>>,
-) -> bool {
-    let elicits = match attendance.wait_for(Option::is_some).await {
-        Ok(a) => a.as_ref().is_some_and(|a| a.elicits),
-        Err(_) => false,
-    };
-    elicits && approval::can_decide(client).await
-}
-
-/// Opens the session the flags describe; `unattended` when nobody can
-/// answer for it.
-async fn create(
-    client: connect::Client,
-    args: &McpArgs,
-    workspace: Option<PathBuf>,
-    attended: bool,
-) -> Result<Session, Refused> {
-    let mut c = client.clone();
-    let mut request = args.spec.request();
-    request.workspace_path = workspace
-        .map(|w| w.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Unattended when the flags say so, and whenever nobody can answer.
-    request.unattended |= !attended;
-    let unattended = request.unattended;
-    let s = c.create_session(request).await?.into_inner();
-    eprintln!(
-        "sandboxd: session {} over {}{}",
-        s.session_id,
-        s.workspace_path,
-        if !unattended {
-            " (plans and held calls are put to the person at the client)"
-        } else {
-            " (unattended: nothing waits for a person)"
-        }
-    );
-    for note in &s.notes {
-        eprintln!("sandboxd: note: {note}");
-    }
-    Ok(Session {
-        client,
-        id: s.session_id,
-    })
-}
-
-/// Keeps the session from its idle timeout while the client is connected
-/// (it may think for a long time between calls); ends when the bridge does.
-fn keep_alive(session: Session, ready: watch::Sender<Option<Result<Session, Refused>>>) {
-    tokio::spawn(async move {
-        let mut c = session.client.clone();
-        loop {
-            tokio::select! {
-                () = ready.closed() => return,
-                () = tokio::time::sleep(KEEP_ALIVE) => {}
-            }
-            let req = pb::GetSessionRequest {
-                session_id: session.id.clone(),
-            };
-            if let Err(e) = c.get_session(req).await {
-                tracing::warn!(error = %e, "the session could not be kept alive");
-            }
-        }
-    });
-}
-
-/// How often the session is marked used: well inside any idle timeout a
-/// service allows (a minute at least).
-const KEEP_ALIVE: Duration = Duration::from_secs(20);
-
-async fn close(backend: Backend) {
-    match backend {
-        Backend::Private(local) => {
-            if let Err(e) = local.stop().await {
-                eprintln!("sandboxd: the private service did not stop cleanly: {e}");
-            }
-        }
-        Backend::Remote {
-            mut client,
-            close: Some(id),
-        } => {
-            let closed = client
-                .close_session(pb::CloseSessionRequest { session_id: id })
-                .await;
-            if let Err(e) = closed {
-                eprintln!("sandboxd: the session was not closed: {}", e.message());
-            }
-        }
-        Backend::Remote { close: None, .. } | Backend::None => {}
-    }
-}
-
 /// What the server tells the client at the start.
 fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
     let over = match workspace {
@@ -494,7 +249,7 @@ fn instructions(workspace: Option<&Path>, args: &McpArgs) -> String {
 
 /// The MCP server: the tools of one session, which may still be opening.
 struct Bridge {
-    ready: watch::Receiver<Option<Result<Session, Refused>>>,
+    ready: open::Ready,
     instructions: String,
 }
 
@@ -506,8 +261,9 @@ impl Bridge {
         match opened {
             Ok(Ok(opened)) => opened
                 .clone()
-                .unwrap_or_else(|| Err(unavailable("it is gone"))),
-            Ok(Err(_)) => Err(unavailable("the opening failed")),
+                .map(|o| o.map(|o| o.session))
+                .unwrap_or_else(|| Err(open::unavailable("it is gone"))),
+            Ok(Err(_)) => Err(open::unavailable("the opening failed")),
             Err(_) => Err(Refused::new(
                 "SANDBOX_UNAVAILABLE",
                 format!(

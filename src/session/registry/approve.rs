@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::super::approvals::{Decision, Pending};
+use super::super::approvals::{Decision, Pending, Scope};
 use super::super::defaults::MAX_APPROVALS_WAIT;
 use super::super::error::Error;
 use super::super::messages::Caller;
@@ -15,15 +15,16 @@ const MAX_NOTE_BYTES: usize = 4096;
 const MAX_NAME_BYTES: usize = 256;
 
 impl Registry {
-    /// ListPendingApprovals: what waits now, oldest first, waiting up to
-    /// `wait` (capped) for something when nothing does.
+    /// ListPendingApprovals: what waits now in `scope`, oldest first,
+    /// waiting up to `wait` (capped) for something when nothing does.
     pub async fn pending_approvals(
         &self,
         caller: &Caller,
+        scope: &Scope,
         wait: Duration,
     ) -> Result<Vec<Pending>, Error> {
         let approvals = self.approvals(caller)?;
-        Ok(approvals.pending(wait.min(MAX_APPROVALS_WAIT)).await)
+        Ok(approvals.pending(scope, wait.min(MAX_APPROVALS_WAIT)).await)
     }
 
     /// Decide: approves or rejects the wait `id`, as `caller` (named

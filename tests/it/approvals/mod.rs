@@ -49,7 +49,10 @@ impl As {
     pub async fn pending(&self, wait_ms: u64) -> Result<Vec<pb::PendingApproval>, tonic::Status> {
         Ok(self
             .c()
-            .list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms })
+            .list_pending_approvals(pb::ListPendingApprovalsRequest {
+                wait_ms,
+                ..Default::default()
+            })
             .await?
             .into_inner()
             .pending)

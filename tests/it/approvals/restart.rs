@@ -38,9 +38,12 @@ async fn an_approved_plan_comes_back_after_a_kill() {
         .unwrap()
         .into_inner()
         .session_id;
-    c.list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms: 0 })
-        .await
-        .unwrap();
+    c.list_pending_approvals(pb::ListPendingApprovalsRequest {
+        wait_ms: 0,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let mut events = c
         .submit_plan(pb::SubmitPlanRequest {
             session_id: id.clone(),

@@ -228,3 +228,59 @@ async fn a_session_waiting_for_a_person_is_not_idle() {
         .expect("the session is still open, its plan in force");
     srv.stop().await;
 }
+
+#[tokio::test]
+async fn an_approver_of_one_session_holds_no_other_sessions_calls() {
+    let srv = files_server(|c| c.approvals.absent_after = Duration::from_secs(2)).await;
+    let admin = As::new(&srv, ADMIN).await;
+    let plan_mode = || pb::CreateSessionRequest {
+        policy: Some(pb::Policy {
+            plan_mode: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (mine, mine_token) = open(&admin, plan_mode()).await;
+    let (other, other_token) = open(&admin, plan_mode()).await;
+    // The approver of `mine` long-polls its own session's waits only (as
+    // the MCP bridge does).
+    let listener = {
+        let mut c = admin.c();
+        let mine = mine.clone();
+        tokio::spawn(async move {
+            let req = pb::ListPendingApprovalsRequest {
+                wait_ms: 20_000,
+                session_id: mine,
+            };
+            c.list_pending_approvals(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .pending
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The other session's plan finds nobody who answers for it: refused at
+    // once, not held for the approval timeout.
+    let t0 = Instant::now();
+    let refused = As::new(&srv, &other_token)
+        .await
+        .submit(&other, plan(&["a.py"], "true"))
+        .await
+        .unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(reason(&refused), "APPROVAL_UNAVAILABLE", "{refused:?}");
+    // Its own session's plan is held and reaches that approver alone.
+    let agent = As::new(&srv, &mine_token).await;
+    let mut events = agent.submit(&mine, plan(&["a.py"], "true")).await.unwrap();
+    let Event::Pending(_) = next(&mut events).await else {
+        panic!("held for the approver of its session");
+    };
+    let seen = tokio::time::timeout(Duration::from_secs(10), listener)
+        .await
+        .expect("woken by its own session's wait")
+        .unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].session_id, mine);
+    srv.stop().await;
+}

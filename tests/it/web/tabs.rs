@@ -107,7 +107,10 @@ async fn the_plan_tab_shows_the_approved_plan_and_its_reconciliation() {
     // The operator is around to approve.
     admin_rpc
         .clone()
-        .list_pending_approvals(pb::ListPendingApprovalsRequest { wait_ms: 0 })
+        .list_pending_approvals(pb::ListPendingApprovalsRequest {
+            wait_ms: 0,
+            ..Default::default()
+        })
         .await
         .unwrap();
     let mut plan = crate::approvals::plan(&["calc.py", "notes.md"], "python3 -m unittest");
