@@ -204,8 +204,16 @@ def test_a_refused_edit_is_an_error_result_and_leaves_the_file_unchanged(workspa
                 edits=[{"old_string": "c", "new_string": "d"}],
             )
             await refused(s, "no_such_tool", "UNIMPLEMENTED")
+            # A call over the transport's 16 MiB is answered, not dropped,
+            # and the session goes on.
+            msg = await refused(
+                s, "create_file", "ARGUMENT_TOO_LARGE", path="big.txt", content="x" * (17 << 20)
+            )
+            assert "nothing was done" in msg
+            await refused(s, "read_file", "FILE_NOT_FOUND", path="big.txt")
 
     run(main)
+    assert not (workspace / "big.txt").exists()
     assert (workspace / "dup.py").read_bytes() == before
     after = os.stat(workspace / "dup.py")
     assert (after.st_mtime_ns, after.st_ino) == (stat.st_mtime_ns, stat.st_ino)

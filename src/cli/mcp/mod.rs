@@ -30,6 +30,7 @@
 
 mod approval;
 mod open;
+mod oversized;
 mod plan;
 mod render;
 mod tools;
@@ -119,7 +120,16 @@ pub async fn run(
         ready: ready.clone(),
         instructions,
     };
-    let transport = (tokio::io::stdin(), tokio::fs::File::from_std(protocol_out));
+    // Oversized lines are answered, not dropped (see `oversized`).
+    let (to_transport, transport_in) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Err(e) =
+            oversized::filter(tokio::io::stdin(), to_transport, oversized::MAX_LINE).await
+        {
+            tracing::warn!(error = %e, "reading the client's messages failed");
+        }
+    });
+    let transport = (transport_in, tokio::fs::File::from_std(protocol_out));
     let mut stop = Stop::new()?;
     match bridge.serve(transport).await {
         Ok(running) => {
@@ -304,6 +314,24 @@ impl ServerHandler for Bridge {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == oversized::TOOL {
+            let bytes = request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("bytes"))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_default();
+            return Ok(result(Err(Refused::new(
+                "ARGUMENT_TOO_LARGE",
+                format!(
+                    "the call's message was {bytes} bytes, over the {} MiB a message may be; \
+                     it was not read and nothing was done. Send less in one call: write a \
+                     large file in parts (create_file, then edit_file to append)",
+                    oversized::MAX_LINE >> 20
+                ),
+            )))
+            .into());
+        }
         let arguments = request.arguments.unwrap_or_default();
         let outcome = match self.session().await {
             Ok(session) => tools::call(&session, &request.name, arguments, &context).await,

@@ -247,6 +247,17 @@ async fn create(
     for note in &s.notes {
         eprintln!("sandboxd: note: {note}");
     }
+    if attended {
+        // Present for this session before any tool can ask for a person
+        // (the watcher's long poll takes over once it starts).
+        let listing = pb::ListPendingApprovalsRequest {
+            wait_ms: 0,
+            session_id: s.session_id.clone(),
+        };
+        if let Err(e) = c.list_pending_approvals(listing).await {
+            tracing::warn!(error = %e.message(), "the approver could not be marked present");
+        }
+    }
     let tools = match s.session_token.as_str() {
         // A service that gives no session token: the bridge's own.
         "" => client.clone(),
