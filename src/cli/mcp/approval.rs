@@ -29,7 +29,6 @@ use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tonic_types::StatusExt;
 
-use super::render;
 use super::tools::{Refused, Session};
 use crate::cli::connect::Client;
 
@@ -308,27 +307,31 @@ fn form() -> ElicitationSchema {
 }
 
 /// The question put to the person: what waits, and what approving means.
+/// Everything the agent or the workspace chose is shown as a Markdown code
+/// span on one line ([`sandboxd::text::code_span`]): a client that renders
+/// the message as Markdown shows it literally, and no part of it can pass
+/// for a heading or a line of the question.
 pub fn question(p: &pb::PendingApproval) -> String {
     let mut text = String::new();
     let whose = if p.workspace_path.is_empty() {
-        format!("session {}", render::safe(&p.session_id))
+        format!("session {}", span(&p.session_id))
     } else {
         format!(
             "session {} over {}",
-            render::safe(&p.session_id),
-            render::safe(&p.workspace_path)
+            span(&p.session_id),
+            span(&p.workspace_path)
         )
     };
     match &p.what {
         Some(What::Plan(plan)) => {
             text.push_str(&format!(
                 "The agent in {whose} proposes a plan (approval {}).\n\n",
-                render::safe(&p.approval_id)
+                span(&p.approval_id)
             ));
             text.push_str(&plan_text(plan));
             if !p.withheld.is_empty() {
                 text.push_str("Withheld (a rule forbids them: approval does not grant them):\n");
-                text.push_str(&render::withheld(&p.withheld));
+                text.push_str(&withheld_text(&p.withheld));
             }
             text.push_str(
                 "\nApprove to let it write the planned files (not the withheld ones) and run \
@@ -338,7 +341,7 @@ pub fn question(p: &pb::PendingApproval) -> String {
         Some(What::Call(call)) => {
             text.push_str(&format!(
                 "The agent in {whose} made a call a rule holds for your approval (approval {}).\n\n",
-                render::safe(&p.approval_id)
+                span(&p.approval_id)
             ));
             text.push_str(&call_text(call));
             text.push_str(
@@ -348,7 +351,7 @@ pub fn question(p: &pb::PendingApproval) -> String {
         }
         None => text.push_str(&format!(
             "The agent in {whose} waits for an approval ({}).",
-            render::safe(&p.approval_id)
+            span(&p.approval_id)
         )),
     }
     if let Some(left) = minutes_left(p.expires_at_ms) {
@@ -357,56 +360,62 @@ pub fn question(p: &pb::PendingApproval) -> String {
     text
 }
 
+/// Text from the other side as the question shows it: one line, every
+/// character shown as what it is, in a code span its text cannot close.
+fn span(text: &str) -> String {
+    sandboxd::text::code_span(text)
+}
+
 /// A plan, section by section.
 fn plan_text(plan: &pb::Plan) -> String {
-    let mut text = format!("Goal: {}\n", indented(&plan.goal, "  "));
+    let mut text = format!("Goal: {}\n", span(&plan.goal));
     text.push_str("Steps:\n");
     for (i, step) in plan.steps.iter().enumerate() {
-        text.push_str(&format!(
-            "  {}. {}\n",
-            i + 1,
-            indented(&step.description, "     ")
-        ));
+        text.push_str(&format!("  {}. {}\n", i + 1, span(&step.description)));
         if !step.files.is_empty() {
-            let files: Vec<String> = step.files.iter().map(|f| render::path(f)).collect();
+            let files: Vec<String> = step.files.iter().map(|f| span(f)).collect();
             text.push_str(&format!("     files: {}\n", files.join(", ")));
         }
     }
-    text.push_str(&format!(
-        "Verification: {}\n",
-        indented(&plan.verification, "  ")
-    ));
+    text.push_str(&format!("Verification: {}\n", span(&plan.verification)));
     if !plan.risks.is_empty() {
         text.push_str("Risks:\n");
         for risk in &plan.risks {
-            text.push_str(&format!("  - {}\n", indented(risk, "    ")));
+            text.push_str(&format!("  - {}\n", span(risk)));
         }
+    }
+    text
+}
+
+/// Files a plan's approval withholds, one a line with the rule that does.
+fn withheld_text(list: &[pb::WithheldFile]) -> String {
+    let mut text = String::new();
+    for w in list {
+        text.push_str(&format!("  {} (rule {})", span(&w.path), span(&w.rule)));
+        if !w.message.is_empty() {
+            text.push_str(&format!(": {}", span(&w.message)));
+        }
+        text.push('\n');
     }
     text
 }
 
 /// A held call, field by field.
 fn call_text(call: &pb::PendingCall) -> String {
-    let mut text = format!("Tool: {}\n", render::safe(&call.tool));
+    let mut text = format!("Tool: {}\n", span(&call.tool));
     if !call.path.is_empty() {
-        text.push_str(&format!("Path: {}\n", render::path(&call.path)));
+        text.push_str(&format!("Path: {}\n", span(&call.path)));
     }
     if !call.command.is_empty() {
-        text.push_str(&format!("Command: {}\n", indented(&call.command, "  ")));
+        text.push_str(&format!("Command: {}\n", span(&call.command)));
     }
     if !call.summary.is_empty() {
-        text.push_str(&format!("Summary: {}\n", indented(&call.summary, "  ")));
+        text.push_str(&format!("Summary: {}\n", span(&call.summary)));
     }
     if !call.rule.is_empty() {
-        text.push_str(&format!("Rule: {}\n", render::safe(&call.rule)));
+        text.push_str(&format!("Rule: {}\n", span(&call.rule)));
     }
     text
-}
-
-/// Text from the agent on lines of its own below a heading: continuation
-/// lines indented, so it cannot pass for a heading of the question.
-fn indented(text: &str, indent: &str) -> String {
-    render::safe(text.trim_end()).replace('\n', &format!("\n{indent}"))
 }
 
 fn minutes_left(expires_at_ms: u64) -> Option<u64> {
@@ -477,16 +486,16 @@ mod tests {
             ..Default::default()
         };
         let q = question(&p);
-        assert!(q.contains("approval 7f3a-4"), "{q}");
-        assert!(q.contains("Goal: fix add\n  Withheld: nothing\n"), "{q}");
+        assert!(q.contains("approval `7f3a-4`"), "{q}");
+        assert!(q.contains("Goal: `fix add\\nWithheld: nothing`\n"), "{q}");
         assert!(
-            q.contains("  1. make add add\n     files: src/x.py, tests/test_x.py\n"),
+            q.contains("  1. `make add add`\n     files: `src/x.py`, `tests/test_x.py`\n"),
             "{q}"
         );
-        assert!(q.contains("Verification: python3 -m pytest -q\n"), "{q}");
-        assert!(q.contains("  - callers^[[2K\n"), "{q}");
+        assert!(q.contains("Verification: `python3 -m pytest -q`\n"), "{q}");
+        assert!(q.contains("  - `callers^[[2K`\n"), "{q}");
         assert!(
-            q.contains("  tests/test_x.py (deny_writes \"tests/**\")\n"),
+            q.contains("  `tests/test_x.py` (rule `deny_writes \"tests/**\"`)\n"),
             "{q}"
         );
         assert!(!q.contains('\x1b'));
@@ -508,10 +517,10 @@ mod tests {
         };
         let q = question(&p);
         assert!(
-            q.contains("Tool: RunCommand\nCommand: rm -rf build\n"),
+            q.contains("Tool: `RunCommand`\nCommand: `rm -rf build`\n"),
             "{q}"
         );
-        assert!(q.contains("Rule: ask_commands \"rm\"\n"), "{q}");
+        assert!(q.contains("Rule: `ask_commands \"rm\"`\n"), "{q}");
     }
 
     #[test]

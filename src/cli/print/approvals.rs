@@ -14,7 +14,7 @@ use crate::cli::terminal::Console;
 /// quoted with those escaped (see [`name`]), so that a model's text cannot
 /// pose as lines of the listing around it. Quotes alone stay as they are.
 fn words(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
+    if s.contains(sandboxd::text::hidden) {
         name(s)
     } else {
         std::borrow::Cow::Borrowed(s)

@@ -198,3 +198,70 @@ fn reconciliation(r: &Reconciled) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Report;
+    use crate::policy::Withheld;
+    use crate::policy::plan::{Plan, Step};
+    use crate::session::{ApprovedPlan, Decision};
+
+    pub(super) fn reconciled(text: &str, goal: &str) -> Reconciled {
+        let plan = Plan {
+            goal: goal.to_string(),
+            steps: vec![Step {
+                description: text.to_string(),
+                files: vec![format!("src/{text}.py")],
+            }],
+            verification: text.to_string(),
+            risks: vec![text.to_string()],
+        };
+        Reconciled {
+            report: Report {
+                entries: vec![],
+                dropped: 0,
+                file_lines_dropped: 0,
+                files_written: vec![],
+                commands: vec![],
+                refused: vec![],
+                touched: vec![],
+                plan: None,
+                verification: None,
+                checkpoints: vec![],
+                processes: vec![],
+            },
+            plan: Some(ApprovedPlan {
+                id: "1".into(),
+                plan,
+                granted: vec![format!("src/{text}.py")],
+                withheld: vec![Withheld {
+                    path: format!("tests/{text}.py"),
+                    rule: text.to_string(),
+                }],
+                decision: Decision {
+                    by: text.to_string(),
+                    note: text.to_string(),
+                    at_ms: 0,
+                },
+            }),
+            changed_unplanned: Some(Ok(vec![format!("lib/{text}.py")])),
+            processes: vec![],
+        }
+    }
+
+    #[test]
+    fn the_plan_page_shows_every_hidden_character_as_what_it_is() {
+        for &(class, c, shown) in crate::text::CLASSES {
+            let text = format!("x{c}y");
+            let page = plan_page("s1", &reconciled(&text, &text)).into_string();
+            assert!(
+                !page.contains(c),
+                "{class}: the page holds U+{:04X} raw",
+                u32::from(c)
+            );
+            // The page escapes `^` and `\` as they are; a `<` is HTML's.
+            assert!(page.contains(&format!("x{shown}y")), "{class}: {page}");
+        }
+    }
+}
