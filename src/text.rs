@@ -119,15 +119,49 @@ pub fn first_hidden(text: &str) -> Option<char> {
     text.chars().find(|&c| hidden(c))
 }
 
+/// Most characters of one field a model wrote (a goal, a step, a risk, a
+/// note, a command) that an approval shows; the rest is counted, not shown,
+/// so no field can push what is granted or withheld out of sight.
+pub const FIELD_CHARS: usize = 1000;
+
+/// `text` cut to at most `max` characters, and how many were cut.
+pub fn cut(text: &str, max: usize) -> (&str, usize) {
+    match text.char_indices().nth(max) {
+        None => (text, 0),
+        Some((end, _)) => (&text[..end], text[end..].chars().count()),
+    }
+}
+
+/// What [`cut`] left out, in words: "… 1234 more characters", or nothing.
+pub fn more(cut_chars: usize) -> String {
+    match cut_chars {
+        0 => String::new(),
+        1 => "… 1 more character".to_string(),
+        n => format!("… {n} more characters"),
+    }
+}
+
 /// `text` cut to at most `max` characters, with what was cut said:
 /// "… 1234 more characters".
 pub fn capped(text: &str, max: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        None => Cow::Borrowed(text),
-        Some((end, _)) => {
-            let more = text[end..].chars().count();
-            Cow::Owned(format!("{}… {more} more characters", &text[..end]))
-        }
+    match cut(text, max) {
+        (all, 0) => Cow::Borrowed(all),
+        (head, n) => Cow::Owned(format!("{head}{}", more(n))),
+    }
+}
+
+/// A command as an approval shows it: [`code_span`] of at most `max`
+/// characters and, when cut, how much was left out and its full length,
+/// so padding cannot hide the end of a command from the person.
+pub fn command_span(command: &str, max: usize) -> String {
+    match cut(command, max) {
+        (all, 0) => code_span(all),
+        (head, n) => format!(
+            "{} {} (the command is {} characters long; not all of it is shown)",
+            code_span(head),
+            more(n),
+            command.chars().count()
+        ),
     }
 }
 
@@ -225,6 +259,17 @@ mod tests {
         assert_eq!(capped("abcdef", 3), "abc… 3 more characters");
         assert_eq!(capped("ééé", 3), "ééé");
         assert_eq!(capped("éééé", 2), "éé… 2 more characters");
+        assert_eq!(capped("abcd", 3), "abc… 1 more character");
+        let padded = format!("ls{}; echo pwned > x", " ".repeat(3000));
+        let shown = command_span(&padded, 10);
+        assert!(
+            shown.starts_with("` ls         ` … 3008 more characters"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("the command is 3018 characters long"),
+            "{shown}"
+        );
     }
 
     #[test]
