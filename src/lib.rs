@@ -27,11 +27,12 @@
 //! 7. `workspace`: the host-side file tools, confined to the workspace.
 //! 8. `policy`: the one place deciding what a session may write and run.
 //! 9. `sandbox`: containers, and the commands run in them.
-//! 10. `state`, `provision`, `secret`, `metrics`, `profile`, `pb`: the
-//!     service's private state directory, touched through directory fds;
-//!     the host programs it needs, installed when missing; making and
+//! 10. `state`, `provision`, `secret`, `metrics`, `profile`, `text`, `pb`:
+//!     the service's private state directory, touched through directory
+//!     fds; the host programs it needs, installed when missing; making and
 //!     comparing secrets; the counters an operator graphs; the marks that
-//!     show where a command's time goes; the generated wire types, which
+//!     show where a command's time goes; text made to show what it holds,
+//!     for every surface a person reads; the generated wire types, which
 //!     only layers 1 and 2 use.
 
 #![warn(missing_docs)]
@@ -54,5 +55,6 @@ pub mod server;
 pub mod service;
 pub mod session;
 pub mod state;
+pub mod text;
 pub mod volume;
 pub mod workspace;

@@ -24,17 +24,16 @@ fn field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Resu
     write_escaped(w, &format!("{value:?}"))
 }
 
-/// Writes `text` with every control character (and the Unicode line and
-/// paragraph separators) as an escape, so it stays on one line.
+/// Writes `text` on one line, every character that is not shown as itself
+/// (controls, line separators, bidirectional and zero-width characters;
+/// [`sandboxd::text::hidden`]) as an escape.
 fn write_escaped(w: &mut impl Write, text: &str) -> fmt::Result {
     for c in text.chars() {
         match c {
             '\n' => w.write_str("\\n")?,
             '\r' => w.write_str("\\r")?,
             '\t' => w.write_str("\\t")?,
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
-                write!(w, "\\u{{{:x}}}", c as u32)?
-            }
+            c if sandboxd::text::hidden(c) => write!(w, "\\u{{{:x}}}", c as u32)?,
             c => w.write_char(c)?,
         }
     }

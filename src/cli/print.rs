@@ -138,8 +138,35 @@ pub fn report(con: &mut Console<impl Write, impl Write>, r: &pb::SessionReport, 
             list(&r.untouched)
         ));
     }
+    if !r.changes_unchecked.is_empty() {
+        con.out(format_args!(
+            "changed outside the plan (by anything): not checked: {}\n",
+            name(&r.changes_unchecked)
+        ));
+    } else if r.plan.is_some() || !r.changed_unplanned.is_empty() {
+        con.out(format_args!(
+            "changed outside the plan (by anything): {}\n",
+            list(&r.changed_unplanned)
+        ));
+    }
     if let Some(plan) = &r.plan {
         approved_plan(con, plan);
+    }
+    if !r.processes.is_empty() {
+        con.out(format_args!("processes ({}):\n", r.processes.len()));
+        for p in &r.processes {
+            let state = format!("{:?}", p.state()).to_lowercase();
+            let end = if p.ended_at_ms == 0 {
+                String::new()
+            } else {
+                format!(", exit {}", p.exit_code)
+            };
+            con.out(format_args!(
+                "  {}  [{state}{end}]  {}\n",
+                name(&p.process_id),
+                name(&p.command)
+            ));
+        }
     }
     if let Some(v) = &r.verification {
         let verdict = match (v.ran, v.ran_after_last_write, v.passed) {
@@ -533,5 +560,49 @@ plan 7f3a-4  session s1  (waiting 12 s, rejected in 9 min 48 s unless answered)
             "{out}"
         );
         assert!(out.contains("planned and touched: calc.py\n"), "{out}");
+    }
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+
+    #[test]
+    fn a_report_shows_changes_outside_the_plan_and_processes() {
+        let r = pb::SessionReport {
+            plan: Some(pb::ApprovedPlan::default()),
+            changed_unplanned: vec!["tests/test_x.py".into(), "src/z.py".into()],
+            processes: vec![pb::Process {
+                process_id: "p1".into(),
+                command: "python3 -m http.server".into(),
+                state: pb::ProcessState::Running as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut con = Console::new(Vec::new(), true, Vec::new(), true);
+        report(&mut con, &r, false);
+        let out = String::from_utf8_lossy(&con.into_writers().0).into_owned();
+        assert!(
+            out.contains("changed outside the plan (by anything): tests/test_x.py, src/z.py\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("processes (1):\n  p1  [running]  python3 -m http.server\n"),
+            "{out}"
+        );
+
+        let r = pb::SessionReport {
+            plan: Some(pb::ApprovedPlan::default()),
+            changes_unchecked: "the workspace could not be read".into(),
+            ..Default::default()
+        };
+        let mut con = Console::new(Vec::new(), true, Vec::new(), true);
+        report(&mut con, &r, false);
+        let out = String::from_utf8_lossy(&con.into_writers().0).into_owned();
+        assert!(
+            out.contains("not checked: the workspace could not be read"),
+            "{out}"
+        );
     }
 }

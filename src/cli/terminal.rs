@@ -11,62 +11,21 @@
 //! scripts. [`Console::status`] writes the CLI's own lines (exit summaries,
 //! refusals) and starts them on a line of their own on a terminal.
 //!
-//! Rendering, one character at a time (so a sequence split across streamed
-//! chunks is shown just the same):
-//! - newline and tab are kept;
-//! - the other C0 controls U+0000..U+001F in caret notation, as `cat -v` and
-//!   `less` show them: ESC as `^[`, CR as `^M`, backspace as `^H`, BEL as `^G`;
-//! - DEL (U+007F) as `^?`;
-//! - the C1 controls U+0080..U+009F (a single CSI U+009B starts a sequence on
-//!   some terminals) as `<U+009B>`, as `less` shows them;
-//! - the bidirectional controls (U+200E, U+200F, U+202A..U+202E,
-//!   U+2066..U+2069), which reorder what a reader sees ("Trojan Source"),
-//!   as `<U+202E>`;
-//! - everything else, multibyte text included, unchanged.
+//! The rendering is the one every surface a person reads uses
+//! ([`sandboxd::text::visible`]): newline and tab kept, other C0 controls
+//! in caret notation (`^[`, `^M`), DEL as `^?`, and C1 controls, line
+//! separators and format characters (bidirectional controls, zero-width
+//! characters) as their code point (`\u{202e}`).
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::io::{self, IsTerminal, Write};
 
-/// Whether a terminal would act on `c` rather than show it (newline and tab
-/// are the two controls text needs).
-fn is_control(c: char) -> bool {
-    matches!(
-        c,
-        '\0'..='\x1f'
-            | '\x7f'
-            | '\u{80}'..='\u{9f}'
-            | '\u{200e}'
-            | '\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2066}'..='\u{2069}'
-    ) && c != '\n'
-        && c != '\t'
-}
-
-/// `text` as a terminal must receive it: every control character except
-/// newline and tab rendered visibly (see the module docs), the rest
-/// unchanged. Borrows when there is nothing to render.
+/// `text` as a terminal must receive it: every character that would act
+/// rather than show rendered visibly (see the module docs), newline and tab
+/// kept. Borrows when there is nothing to render.
 pub fn neutralise(text: &str) -> Cow<'_, str> {
-    if !text.contains(is_control) {
-        return Cow::Borrowed(text);
-    }
-    let mut shown = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            c if !is_control(c) => shown.push(c),
-            '\x7f' => shown.push_str("^?"),
-            '\0'..='\x1f' => {
-                shown.push('^');
-                // ^@ for NUL, ^A for SOH, ... ^[ for ESC, ^_ for US.
-                shown.push(char::from(b'@' + c as u8));
-            }
-            c => {
-                let _ = write!(shown, "<U+{:04X}>", u32::from(c));
-            }
-        }
-    }
-    Cow::Owned(shown)
+    sandboxd::text::visible(text)
 }
 
 /// One of the CLI's output streams.
@@ -376,8 +335,8 @@ mod tests {
     #[test]
     fn c1_controls_are_shown_as_code_points() {
         // U+009B is a one-character CSI; U+009D a one-character OSC.
-        assert_eq!(neutralise("\u{9b}2J"), "<U+009B>2J");
-        assert_eq!(neutralise("\u{80}\u{9d}\u{9f}"), "<U+0080><U+009D><U+009F>");
+        assert_eq!(neutralise("\u{9b}2J"), "\\u{9b}2J");
+        assert_eq!(neutralise("\u{80}\u{9d}\u{9f}"), "\\u{80}\\u{9d}\\u{9f}");
     }
 
     #[test]
@@ -385,7 +344,7 @@ mod tests {
         // `if access != "user\u{202e} \u{2066}// admin"` reads differently
         // from what the compiler sees.
         let shown = neutralise("a\u{202e}b\u{2066}c\u{200f}d");
-        assert_eq!(shown, "a<U+202E>b<U+2066>c<U+200F>d");
+        assert_eq!(shown, "a\\u{202e}b\\u{2066}c\\u{200f}d");
     }
 
     #[test]
@@ -394,7 +353,7 @@ mod tests {
         assert_eq!(neutralise(text), text);
         assert_eq!(neutralise("é\x1b[2J世"), "é^[[2J世");
         // U+00A0 and up are text, not C1 controls.
-        assert_eq!(neutralise("\u{9f}\u{a0}"), "<U+009F>\u{a0}");
+        assert_eq!(neutralise("\u{9f}\u{a0}"), "\\u{9f}\u{a0}");
     }
 
     #[test]
@@ -402,14 +361,10 @@ mod tests {
         for c in (0..=0x10_ffff_u32).filter_map(char::from_u32) {
             let shown = neutralise(c.encode_utf8(&mut [0; 4])).into_owned();
             let kept = shown == c.to_string();
-            let control = matches!(
-                u32::from(c),
-                0..=0x1f | 0x7f..=0x9f | 0x200e | 0x200f | 0x202a..=0x202e | 0x2066..=0x2069
-            ) && c != '\n'
-                && c != '\t';
+            let control = sandboxd::text::hidden(c) && c != '\n' && c != '\t';
             assert_eq!(kept, !control, "U+{:04X} -> {shown:?}", u32::from(c));
             assert!(
-                !shown.contains(is_control),
+                !shown.contains(|c| sandboxd::text::hidden(c) && c != '\n' && c != '\t'),
                 "U+{:04X} renders as a control",
                 u32::from(c)
             );
@@ -434,14 +389,14 @@ mod tests {
         let mut con = console(true, false);
         con.out(format_args!("{hostile}"));
         con.err(format_args!("{hostile}"));
-        assert_eq!(text(&con.out.writer), "a^[]0;t^Gb^Mc<U+009B>d\n");
+        assert_eq!(text(&con.out.writer), "a^[]0;t^Gb^Mc\\u{9b}d\n");
         assert_eq!(text(&con.err.writer), hostile);
 
         let mut con = console(false, true);
         con.out(format_args!("{hostile}"));
         con.err(format_args!("{hostile}"));
         assert_eq!(text(&con.out.writer), hostile);
-        assert_eq!(text(&con.err.writer), "a^[]0;t^Gb^Mc<U+009B>d\n");
+        assert_eq!(text(&con.err.writer), "a^[]0;t^Gb^Mc\\u{9b}d\n");
     }
 
     #[test]

@@ -60,7 +60,11 @@ impl Plan {
                 files += 1;
                 match normalise(file) {
                     Ok(n) => *file = n,
-                    Err(why) => problems.push(format!("step {}: file {file:?} {why}", i + 1)),
+                    Err(why) => problems.push(format!(
+                        "step {}: file \"{}\" {why}",
+                        i + 1,
+                        crate::text::one_line(file)
+                    )),
                 }
             }
         }
@@ -124,6 +128,15 @@ impl Plan {
 fn normalise(file: &str) -> Result<String, &'static str> {
     if file.contains('\0') {
         return Err("contains a NUL byte");
+    }
+    // A person approves the file list by reading it: a name holding a
+    // character that does not show as itself (a control, a line separator,
+    // a bidirectional or zero-width character) reads as another file.
+    if file.contains(crate::text::hidden) {
+        return Err(
+            "holds a control, line-separator, bidirectional or invisible character; \
+             a plan names files as they read",
+        );
     }
     if file.trim() != file {
         return Err("begins or ends with white space; name the file exactly");
@@ -196,6 +209,27 @@ mod tests {
             let problems = plan(&[bad], "pytest").checked().unwrap_err();
             assert_eq!(problems.len(), 1, "{bad:?}: {problems:?}");
         }
+    }
+
+    #[test]
+    fn files_whose_names_do_not_read_as_they_are_are_refused() {
+        for bad in [
+            "x\x1b]0;T\x07y.txt",
+            "invoice\u{202e}txt.exe",
+            "README.md\u{2028}Withheld: (none)",
+            "tests\u{200b}/test_x.py",
+            "a\u{feff}.py",
+            "a\u{85}.py",
+            "a\nb.py",
+        ] {
+            let problems = plan(&[bad], "pytest").checked().unwrap_err();
+            assert_eq!(problems.len(), 1, "{bad:?}: {problems:?}");
+            assert!(
+                !problems[0].contains(crate::text::hidden),
+                "the refusal shows the name escaped: {problems:?}"
+            );
+        }
+        assert!(plan(&["src/caf\u{e9}.py"], "pytest").checked().is_ok());
     }
 
     #[test]

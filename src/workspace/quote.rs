@@ -18,25 +18,20 @@ use std::fmt::Write as _;
 pub enum NonAscii {
     /// Octal escapes, as git writes paths in a patch (`core.quotePath`).
     Octal,
-    /// Kept when they are UTF-8 that a terminal shows rather than acts on
-    /// (what a person reads); C1 and bidirectional controls, and bytes that
-    /// are not UTF-8, still escaped.
+    /// Kept when they are UTF-8 that shows as itself (what a person
+    /// reads); the characters that do not ([`crate::text::hidden`]: C1,
+    /// line separators, bidirectional and zero-width characters) written
+    /// as their code point, `\u{202e}`, as every surface shows them, and
+    /// bytes that are not UTF-8 in octal.
     Readable,
 }
 
-/// Whether `c` would act on a terminal or a line-based reader rather than
-/// be shown: C0, DEL, C1 and the bidirectional controls ("Trojan Source").
+/// Whether `c` would act on a terminal or a line-based reader, or read as
+/// something other than it is, rather than be shown: the characters every
+/// surface a person reads renders visibly ([`crate::text::hidden`]: C0,
+/// DEL, C1, line separators, bidirectional and other format characters).
 fn is_control(c: char) -> bool {
-    matches!(
-        c,
-        '\0'..='\x1f'
-            | '\x7f'
-            | '\u{80}'..='\u{9f}'
-            | '\u{200e}'
-            | '\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2066}'..='\u{2069}'
-    )
+    crate::text::hidden(c)
 }
 
 /// Whether `name` is written quoted.
@@ -85,10 +80,13 @@ pub fn quote(prefix: &str, name: &[u8], non_ascii: NonAscii) -> String {
         (NonAscii::Readable, Ok(s)) => {
             let mut buf = [0u8; 4];
             for c in s.chars() {
-                if c.is_ascii() || is_control(c) || c == '\u{feff}' {
+                if c.is_ascii() {
                     for &b in c.encode_utf8(&mut buf).as_bytes() {
                         escape_byte(&mut out, b);
                     }
+                } else if is_control(c) {
+                    // As every surface a person reads shows it.
+                    let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
                 } else {
                     out.push(c);
                 }
@@ -143,9 +141,11 @@ mod tests {
     fn listings_quote_only_what_would_act() {
         assert_eq!(shown("a\nb"), "\"a\\nb\"");
         assert_eq!(shown("x\x1b]0;t\x07"), "\"x\\033]0;t\\a\"");
-        assert_eq!(shown("\u{e9}\u{202e}"), "\"\u{e9}\\342\\200\\256\"");
+        assert_eq!(shown("\u{e9}\u{202e}"), "\"\u{e9}\\u{202e}\"");
+        assert_eq!(shown("tests\u{200b}/x"), "\"tests\\u{200b}/x\"");
+        assert_eq!(shown("a\u{2028}b"), "\"a\\u{2028}b\"");
         assert_eq!(shown("q\"uote"), "\"q\\\"uote\"");
-        assert_eq!(shown("\u{85}"), "\"\\302\\205\"");
+        assert_eq!(shown("\u{85}"), "\"\\u{85}\"");
     }
 
     #[test]

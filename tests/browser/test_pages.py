@@ -143,7 +143,7 @@ def assert_shown_as_text(page: Page, where: str) -> None:
     text = page.evaluate("document.querySelector('main').textContent")
     assert "<script>alert(1)</script>" in text, f"{where}: the printed tag is not shown: {text!r}"
     assert "\x1b" not in text, f"{where}: a raw escape reached the page"
-    assert "␛[31mred" in text, f"{where}: the escape is not shown as ␛: {text!r}"
+    assert "^[[31mred" in text, f"{where}: the escape is not shown as ^[: {text!r}"
     html = page.evaluate("document.querySelector('main').innerHTML")
     assert "<script" not in html, f"{where}: the printed tag became markup"
     origin = page.evaluate("location.origin")
@@ -171,13 +171,13 @@ def test_what_a_command_prints_is_shown_as_text_and_never_runs(page: Page, serve
         assert result.exit_code == 0, result
         assert ended.startswith("Ended: exit 0"), ended
         assert "<script>alert(1)</script>" in stdout, stdout
-        assert "␛[2J" in stdout and "\x1b" not in stdout, repr(stdout)
-        assert "␛[31mred" in page.text("pre.command"), page.text("pre.command")
+        assert "^[[2J" in stdout and "\x1b" not in stdout, repr(stdout)
+        assert "^[[31mred" in page.text("pre.command"), page.text("pre.command")
         assert_shown_as_text(page, "the live command page")
         # As it ended: rendered by the service.
         page.navigate(f"{served.web}{link}")
-        assert "␛[2J" in page.text("#stdout"), page.text("#stdout")
-        assert "␛[31mred" in page.text("#stderr"), page.text("#stderr")
+        assert "^[[2J" in page.text("#stdout"), page.text("#stdout")
+        assert "^[[31mred" in page.text("#stderr"), page.text("#stderr")
         assert_shown_as_text(page, "the ended command page")
         # The session's timeline shows the command line, and links to it.
         page.navigate(f"{served.web}/sessions/{s.id}")

@@ -27,7 +27,7 @@ const HOSTILE: &str = "ok so far\n\
 const HOSTILE_SHOWN: &str = "ok so far\n\
     ^[[1A^[[2K[exit 0 in 1 ms]^Mall tests passed\n\
     ^[]0;owned^Gtitle\n\
-    <U+009B>2Jc1^?^H é世🦀\n";
+    \\u{9b}2Jc1^?^H é世🦀\n";
 
 /// The client's arguments to reach `addr` and act on `session`.
 fn client_args(addr: SocketAddr, session: &str, verb: &[&str]) -> Vec<String> {
@@ -142,7 +142,7 @@ async fn file_contents_reach_a_terminal_shown_and_a_pipe_exact() {
             "   1  ok so far",
             "   2  ^[[1A^[[2K[exit 0 in 1 ms]^Mall tests passed",
             "   3  ^[]0;owned^Gtitle",
-            "   4  <U+009B>2Jc1^?^H é世🦀",
+            "   4  \\u{9b}2Jc1^?^H é世🦀",
         ]
     );
     assert!(lines[4].starts_with("-- "), "{shown:?}");

@@ -24,15 +24,16 @@ use rmcp::model::{
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use sandboxd::pb;
-use sandboxd::pb::pending_approval::What;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic_types::StatusExt;
 
 use super::open::Ready;
-use super::render;
 use super::tools::Refused;
+
+mod question;
 use crate::cli::connect::Client;
+pub use question::question;
 
 /// Who is at the client, as its `initialize` said.
 #[derive(Debug, Clone)]
@@ -316,108 +317,6 @@ fn form() -> ElicitationSchema {
         .build_unchecked()
 }
 
-/// The question put to the person: what waits, and what approving means.
-pub fn question(p: &pb::PendingApproval) -> String {
-    let mut text = String::new();
-    let whose = if p.workspace_path.is_empty() {
-        format!("session {}", render::safe(&p.session_id))
-    } else {
-        format!(
-            "session {} over {}",
-            render::safe(&p.session_id),
-            render::safe(&p.workspace_path)
-        )
-    };
-    match &p.what {
-        Some(What::Plan(plan)) => {
-            text.push_str(&format!(
-                "The agent in {whose} proposes a plan (approval {}).\n\n",
-                render::safe(&p.approval_id)
-            ));
-            text.push_str(&plan_text(plan));
-            if !p.withheld.is_empty() {
-                text.push_str("Withheld (a rule forbids them: approval does not grant them):\n");
-                text.push_str(&render::withheld(&p.withheld));
-            }
-            text.push_str(
-                "\nApprove to let it write the planned files (not the withheld ones) and run \
-                 commands; reject and nothing of the plan is executed. The note goes to the agent.",
-            );
-        }
-        Some(What::Call(call)) => {
-            text.push_str(&format!(
-                "The agent in {whose} made a call a rule holds for your approval (approval {}).\n\n",
-                render::safe(&p.approval_id)
-            ));
-            text.push_str(&call_text(call));
-            text.push_str(
-                "\nApprove to let this one call run; reject and it is not executed. The note \
-                 goes to the agent.",
-            );
-        }
-        None => text.push_str(&format!(
-            "The agent in {whose} waits for an approval ({}).",
-            render::safe(&p.approval_id)
-        )),
-    }
-    if let Some(left) = minutes_left(p.expires_at_ms) {
-        text.push_str(&format!(" Unanswered, it is rejected in about {left} min."));
-    }
-    text
-}
-
-/// A plan, section by section.
-fn plan_text(plan: &pb::Plan) -> String {
-    let mut text = format!("Goal: {}\n", indented(&plan.goal, "  "));
-    text.push_str("Steps:\n");
-    for (i, step) in plan.steps.iter().enumerate() {
-        text.push_str(&format!(
-            "  {}. {}\n",
-            i + 1,
-            indented(&step.description, "     ")
-        ));
-        if !step.files.is_empty() {
-            let files: Vec<String> = step.files.iter().map(|f| render::path(f)).collect();
-            text.push_str(&format!("     files: {}\n", files.join(", ")));
-        }
-    }
-    text.push_str(&format!(
-        "Verification: {}\n",
-        indented(&plan.verification, "  ")
-    ));
-    if !plan.risks.is_empty() {
-        text.push_str("Risks:\n");
-        for risk in &plan.risks {
-            text.push_str(&format!("  - {}\n", indented(risk, "    ")));
-        }
-    }
-    text
-}
-
-/// A held call, field by field.
-fn call_text(call: &pb::PendingCall) -> String {
-    let mut text = format!("Tool: {}\n", render::safe(&call.tool));
-    if !call.path.is_empty() {
-        text.push_str(&format!("Path: {}\n", render::path(&call.path)));
-    }
-    if !call.command.is_empty() {
-        text.push_str(&format!("Command: {}\n", indented(&call.command, "  ")));
-    }
-    if !call.summary.is_empty() {
-        text.push_str(&format!("Summary: {}\n", indented(&call.summary, "  ")));
-    }
-    if !call.rule.is_empty() {
-        text.push_str(&format!("Rule: {}\n", render::safe(&call.rule)));
-    }
-    text
-}
-
-/// Text from the agent on lines of its own below a heading: continuation
-/// lines indented, so it cannot pass for a heading of the question.
-fn indented(text: &str, indent: &str) -> String {
-    render::safe(text.trim_end()).replace('\n', &format!("\n{indent}"))
-}
-
 fn minutes_left(expires_at_ms: u64) -> Option<u64> {
     (expires_at_ms != 0).then(|| time_left(expires_at_ms).as_secs().div_ceil(60))
 }
@@ -461,66 +360,6 @@ mod tests {
             verdict(&answer(ElicitationAction::Cancel, None)).0,
             pb::Verdict::Reject
         );
-    }
-
-    #[test]
-    fn the_question_shows_the_plan_and_the_withheld_files_with_their_rules() {
-        let p = pb::PendingApproval {
-            approval_id: "7f3a-4".into(),
-            session_id: "s1".into(),
-            workspace_path: "/w".into(),
-            what: Some(What::Plan(pb::Plan {
-                goal: "fix add\nWithheld: nothing".into(),
-                steps: vec![pb::PlanStep {
-                    description: "make add add".into(),
-                    files: vec!["src/x.py".into(), "tests/test_x.py".into()],
-                }],
-                verification: "python3 -m pytest -q".into(),
-                risks: vec!["callers\x1b[2K".into()],
-            })),
-            withheld: vec![pb::WithheldFile {
-                path: "tests/test_x.py".into(),
-                rule: "deny_writes \"tests/**\"".into(),
-                message: String::new(),
-            }],
-            ..Default::default()
-        };
-        let q = question(&p);
-        assert!(q.contains("approval 7f3a-4"), "{q}");
-        assert!(q.contains("Goal: fix add\n  Withheld: nothing\n"), "{q}");
-        assert!(
-            q.contains("  1. make add add\n     files: src/x.py, tests/test_x.py\n"),
-            "{q}"
-        );
-        assert!(q.contains("Verification: python3 -m pytest -q\n"), "{q}");
-        assert!(q.contains("  - callers^[[2K\n"), "{q}");
-        assert!(
-            q.contains("  tests/test_x.py (deny_writes \"tests/**\")\n"),
-            "{q}"
-        );
-        assert!(!q.contains('\x1b'));
-    }
-
-    #[test]
-    fn the_question_shows_a_held_call() {
-        let p = pb::PendingApproval {
-            approval_id: "1".into(),
-            session_id: "s".into(),
-            what: Some(What::Call(pb::PendingCall {
-                tool: "RunCommand".into(),
-                summary: "rm -rf build".into(),
-                rule: "ask_commands \"rm\"".into(),
-                path: String::new(),
-                command: "rm -rf build".into(),
-            })),
-            ..Default::default()
-        };
-        let q = question(&p);
-        assert!(
-            q.contains("Tool: RunCommand\nCommand: rm -rf build\n"),
-            "{q}"
-        );
-        assert!(q.contains("Rule: ask_commands \"rm\"\n"), "{q}");
     }
 
     #[test]

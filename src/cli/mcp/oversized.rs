@@ -118,9 +118,7 @@ impl Scan {
                 closing
             } else if value.is_empty() && b.is_ascii_whitespace() {
                 false
-            } else if (b == b'"' && value.is_empty())
-                || b.is_ascii_digit()
-                || b"-+.eE".contains(&b)
+            } else if (b == b'"' && value.is_empty()) || b.is_ascii_digit() || b"-+.eE".contains(&b)
             {
                 value.push(b);
                 false

@@ -38,6 +38,12 @@ pub fn read(r: &pb::ReadFileResponse) -> String {
     shown
 }
 
+/// What a file's creation did: the service's message (which names the
+/// model's path) shown as every surface shows text, and the new digest.
+pub fn created(r: &pb::CreateFileResponse) -> String {
+    format!("{} (sha256 {})", safe(&r.message), r.sha256)
+}
+
 pub fn edited(r: &pb::EditFileResponse) -> String {
     text(|con| {
         print::edited(con, r);
@@ -453,5 +459,88 @@ mod tests {
             Some("^[]0;title^G")
         );
         assert_eq!(last_line(&"y".repeat(500)).unwrap().len(), 200);
+    }
+
+    /// A pending plan and a held call whose every field the model chose
+    /// holds `text`.
+    fn hostile_pending(text: &str) -> [pb::PendingApproval; 2] {
+        use pb::pending_approval::What;
+        let plan = pb::PendingApproval {
+            approval_id: "1".into(),
+            session_id: "s".into(),
+            workspace_path: format!("/w/{text}"),
+            what: Some(What::Plan(pb::Plan {
+                goal: text.into(),
+                steps: vec![pb::PlanStep {
+                    description: text.into(),
+                    files: vec![format!("src/{text}.py")],
+                }],
+                verification: text.into(),
+                risks: vec![text.into()],
+            })),
+            withheld: vec![pb::WithheldFile {
+                path: format!("tests/{text}.py"),
+                rule: text.into(),
+                message: text.into(),
+            }],
+            ..Default::default()
+        };
+        let call = pb::PendingApproval {
+            approval_id: "2".into(),
+            session_id: "s".into(),
+            what: Some(What::Call(pb::PendingCall {
+                tool: "RunCommand".into(),
+                summary: text.into(),
+                rule: text.into(),
+                path: format!("src/{text}.py"),
+                command: text.into(),
+            })),
+            ..Default::default()
+        };
+        [plan, call]
+    }
+
+    /// Every class of character that does not show as itself, through
+    /// every text a person reads here: the CLI's listing of a pending item
+    /// and its print of a creation, the MCP bridge's text result of a
+    /// creation and its approval form. (The web view's pages are fed the
+    /// same table in the web module's tests.)
+    #[test]
+    fn every_hidden_character_is_shown_on_every_surface() {
+        for &(class, c, shown) in sandboxd::text::CLASSES {
+            let text = format!("x{c}y");
+            let created = pb::CreateFileResponse {
+                message: format!("created {text}: 1 line, 2 bytes"),
+                sha256: "00".into(),
+                ..Default::default()
+            };
+            let mut surfaces: Vec<(&str, String)> = Vec::new();
+            for p in hostile_pending(&text) {
+                surfaces.push((
+                    "cli approvals",
+                    super::text(|con| crate::cli::print::pending(con, &p, 0)),
+                ));
+                surfaces.push(("mcp form", super::super::approval::question(&p)));
+            }
+            surfaces.push((
+                "cli create",
+                super::text(|con| crate::cli::print::created(con, &created)),
+            ));
+            surfaces.push(("mcp create result", created_text(&created)));
+            for (surface, out) in surfaces {
+                assert!(
+                    !out.contains(c),
+                    "{class} reaches the {surface} raw: {out:?}"
+                );
+                // Names quoted as git quotes them show C0 in octal.
+                if shown.starts_with('\\') || !out.contains("\"") {
+                    assert!(out.contains(shown), "{class} in the {surface}: {out:?}");
+                }
+            }
+        }
+    }
+
+    fn created_text(r: &pb::CreateFileResponse) -> String {
+        created(r)
     }
 }

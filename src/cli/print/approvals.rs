@@ -14,11 +14,19 @@ use crate::cli::terminal::Console;
 /// quoted with those escaped (see [`name`]), so that a model's text cannot
 /// pose as lines of the listing around it. Quotes alone stay as they are.
 fn words(s: &str) -> std::borrow::Cow<'_, str> {
-    if s.chars().any(char::is_control) {
+    if s.contains(sandboxd::text::hidden) {
         name(s)
     } else {
         std::borrow::Cow::Borrowed(s)
     }
+}
+
+/// A field a model wrote, as [`words`], cut to
+/// [`FIELD_CHARS`](sandboxd::text::FIELD_CHARS) characters with how many
+/// more there are, so no field pushes what is granted out of sight.
+fn field(s: &str) -> String {
+    let (head, more) = sandboxd::text::cut(s, sandboxd::text::FIELD_CHARS);
+    format!("{}{}", words(head), sandboxd::text::more(more))
 }
 
 /// A span of milliseconds in words: "45 s", "9 min 48 s", "2 h 5 min".
@@ -45,33 +53,49 @@ pub fn plan(
             .find(|w| w.path == path)
             .map(|w| w.rule.as_str())
     };
-    con.out(format_args!("  goal          {}\n", words(&p.goal)));
+    // What approval grants and withholds first, then what the model says.
+    let mut seen = std::collections::HashSet::new();
+    let granted: Vec<String> = p
+        .steps
+        .iter()
+        .flat_map(|s| s.files.iter())
+        .filter(|f| seen.insert(f.as_str()) && rule_of(f).is_none())
+        .map(|f| field(f))
+        .collect();
+    con.out(format_args!("  grants ({})\n", granted.len()));
+    for f in &granted {
+        con.out(format_args!("    {f}\n"));
+    }
+    if withheld.is_empty() {
+        con.out(format_args!("  withholds     (none)\n"));
+    }
+    withheld_files(con, withheld, "approval would withhold");
+    con.out(format_args!("  goal          {}\n", field(&p.goal)));
     for (i, step) in p.steps.iter().enumerate() {
         con.out(format_args!(
             "  step {:<8} {}\n",
             i + 1,
-            words(&step.description)
+            field(&step.description)
         ));
         for file in &step.files {
             match rule_of(file) {
                 Some(rule) => con.out(format_args!(
                     "                  {}  (withheld: {})\n",
-                    name(file),
-                    words(rule)
+                    field(&name(file)),
+                    field(rule)
                 )),
-                None => con.out(format_args!("                  {}\n", name(file))),
+                None => con.out(format_args!("                  {}\n", field(&name(file)))),
             }
         }
     }
-    con.out(format_args!("  verification  {}\n", words(&p.verification)));
+    con.out(format_args!("  verification  {}\n", field(&p.verification)));
     if p.risks.is_empty() {
         con.out(format_args!("  risks         (none named)\n"));
     }
     for (i, risk) in p.risks.iter().enumerate() {
         let label = if i == 0 { "risks" } else { "" };
-        con.out(format_args!("  {label:<13} - {}\n", words(risk)));
+        con.out(format_args!("  {label:<13} - {}\n", field(risk)));
     }
-    withheld_files(con, withheld, "approval would withhold");
 }
 
 /// Prints the planned files a rule withholds, each with its rule.
@@ -87,8 +111,8 @@ fn withheld_files(
     for w in withheld {
         con.out(format_args!(
             "    {}  by {}\n",
-            name(&w.path),
-            words(&w.rule)
+            field(&name(&w.path)),
+            field(&w.rule)
         ));
     }
 }
@@ -126,14 +150,26 @@ pub fn pending(con: &mut Console<impl Write, impl Write>, p: &pb::PendingApprova
         Some(What::Plan(pl)) => plan(con, pl, &p.withheld),
         Some(What::Call(c)) => {
             con.out(format_args!("  tool          {}\n", words(&c.tool)));
-            con.out(format_args!("  summary       {}\n", words(&c.summary)));
             if !c.path.is_empty() {
-                con.out(format_args!("  path          {}\n", name(&c.path)));
+                con.out(format_args!("  path          {}\n", field(&name(&c.path))));
             }
             if !c.command.is_empty() {
-                con.out(format_args!("  command       {}\n", words(&c.command)));
+                let (head, more) = sandboxd::text::cut(&c.command, sandboxd::text::FIELD_CHARS);
+                con.out(format_args!("  command       {}", words(head)));
+                if more > 0 {
+                    con.out(format_args!(
+                        "{} (the command is {} characters long; not all of it is shown)",
+                        sandboxd::text::more(more),
+                        c.command.chars().count()
+                    ));
+                }
+                con.out(format_args!("\n"));
             }
-            con.out(format_args!("  asked by      {}\n", words(&c.rule)));
+            con.out(format_args!("  asked by      {}\n", field(&c.rule)));
+            // A command's summary is the command again: shown once is enough.
+            if c.summary != c.command {
+                con.out(format_args!("  summary       {}\n", field(&c.summary)));
+            }
         }
         None => con.out(format_args!(
             "  (a kind of item this client does not know; update sandboxd)\n"
@@ -159,11 +195,7 @@ pub fn approved_plan(con: &mut Console<impl Write, impl Write>, a: &pb::Approved
         .map(|d| format!(", approved by {}", decision(d)))
         .unwrap_or_default();
     con.out(format_args!("plan      {}{by}\n", words(&a.approval_id)));
-    if let Some(p) = &a.plan {
-        con.out(format_args!("  goal          {}\n", words(&p.goal)));
-        con.out(format_args!("  verification  {}\n", words(&p.verification)));
-    }
-    let granted: Vec<_> = a.granted.iter().map(|g| name(g)).collect();
+    let granted: Vec<_> = a.granted.iter().map(|g| field(&name(g))).collect();
     con.out(format_args!(
         "  granted       {}\n",
         if granted.is_empty() {
@@ -173,6 +205,10 @@ pub fn approved_plan(con: &mut Console<impl Write, impl Write>, a: &pb::Approved
         }
     ));
     withheld_files(con, &a.withheld, "withheld");
+    if let Some(p) = &a.plan {
+        con.out(format_args!("  goal          {}\n", field(&p.goal)));
+        con.out(format_args!("  verification  {}\n", field(&p.verification)));
+    }
 }
 
 /// Prints that a person (or nobody, in time) rejected a call or plan:
@@ -189,5 +225,67 @@ pub fn rejection(con: &mut Console<impl Write, impl Write>, r: &pb::Rejection) {
     ));
     if !r.message.is_empty() {
         con.status(format_args!("{}", r.message));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::pending_approval::What;
+
+    fn shown(p: &pb::PendingApproval) -> String {
+        let mut con = Console::new(Vec::new(), true, Vec::new(), true);
+        pending(&mut con, p, 0);
+        String::from_utf8_lossy(&con.into_writers().0).into_owned()
+    }
+
+    #[test]
+    fn a_pending_item_shows_what_is_granted_first_and_caps_the_model_s_fields() {
+        let p = pb::PendingApproval {
+            approval_id: "1".into(),
+            what: Some(What::Plan(pb::Plan {
+                goal: "g".repeat(200_000),
+                steps: vec![pb::PlanStep {
+                    description: "step".into(),
+                    files: vec!["src/x.py".into(), "tests/test_x.py".into()],
+                }],
+                verification: "pytest".into(),
+                risks: vec![],
+            })),
+            withheld: vec![pb::WithheldFile {
+                path: "tests/test_x.py".into(),
+                rule: "deny_writes \"tests/**\"".into(),
+                message: String::new(),
+            }],
+            ..Default::default()
+        };
+        let out = shown(&p);
+        let at = out.find("tests/test_x.py  by").unwrap_or(usize::MAX);
+        assert!(at < 400, "the withheld file is at character {at}: {out}");
+        assert!(
+            out.find("    src/x.py\n").unwrap_or(usize::MAX) < 400,
+            "{out}"
+        );
+        assert!(out.contains("… 199000 more characters"), "{out}");
+        assert!(out.len() < 3000, "{}", out.len());
+
+        let padded = format!("ls{}; echo pwned > x", " ".repeat(3000));
+        let p = pb::PendingApproval {
+            approval_id: "2".into(),
+            what: Some(What::Call(pb::PendingCall {
+                tool: "RunCommand".into(),
+                summary: padded.clone(),
+                command: padded,
+                rule: "ask_commands \"*\"".into(),
+                path: String::new(),
+            })),
+            ..Default::default()
+        };
+        let out = shown(&p);
+        assert!(
+            out.contains("… 2018 more characters (the command is 3018 characters long"),
+            "{out}"
+        );
+        assert_eq!(out.matches("ls  ").count(), 1, "{out}");
     }
 }

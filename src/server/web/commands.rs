@@ -73,27 +73,12 @@ fn admit(web: &Arc<super::Web>, caller: &Caller) -> Option<Live> {
     })
 }
 
-/// Control characters a command printed, made visible (ESC shows as ␛):
-/// the page shows what was printed, and no terminal sequence acts.
-/// Characters that could make the page show text other than what was
-/// printed (C1 controls, bidirectional overrides and isolates, zero-width
-/// and other invisible format characters) are shown as `\u{…}`.
+/// Text as the page shows it: every character that would act or deceive
+/// (terminal controls, line separators, bidirectional and zero-width
+/// characters) rendered visibly, as on every surface
+/// ([`crate::text::visible`]); the page escapes the rest as HTML.
 pub fn visible(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\t' => out.push(c),
-            '\u{0}'..='\u{1f}' => out.push(char::from_u32(0x2400 + c as u32).unwrap_or('?')),
-            '\u{7f}' => out.push('\u{2421}'),
-            '\u{80}'..='\u{9f}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}'
-            | '\u{feff}' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::text::visible(text).into_owned()
 }
 
 pub(super) async fn command(
@@ -259,7 +244,7 @@ mod tests {
 
     #[test]
     fn text_that_could_act_or_deceive_is_shown_as_what_it_is() {
-        assert_eq!(visible("a\x1b[2Jb\n"), "a\u{241b}[2Jb\n");
+        assert_eq!(visible("a\x1b[2Jb\n"), "a^[[2Jb\n");
         assert_eq!(visible("x\u{202e}txt"), "x\\u{202e}txt");
         assert_eq!(
             visible("\u{85}\u{200b}\u{feff}"),

@@ -125,6 +125,12 @@ fn diff(patch: &[u8]) -> Markup {
     }
 }
 
+/// A field a model wrote, shown visibly and cut to
+/// [`FIELD_CHARS`](crate::text::FIELD_CHARS) characters with how many more.
+fn field(text: &str) -> String {
+    visible(&crate::text::capped(text, crate::text::FIELD_CHARS))
+}
+
 fn plan_page(id: &str, r: &Reconciled) -> Markup {
     page(
         &format!("Plan of {id}"),
@@ -136,28 +142,32 @@ fn plan_page(id: &str, r: &Reconciled) -> Markup {
                 None => p.muted { "No plan was approved for this session." },
                 Some(a) => {
                     h2 { "Approved plan" }
+                    // What was granted and withheld first, then what the
+                    // model wrote, each field capped.
+                    h2 { "Granted" }
+                    @if a.granted.is_empty() { p.muted { "none" } }
+                    @else { ul { @for f in &a.granted { li.mono { (field(f)) } } } }
+                    h2 { "Withheld" }
+                    @if a.withheld.is_empty() { p.muted { "none" } }
+                    @else { ul { @for w in &a.withheld { li { span.mono { (field(&w.path)) } " — " (field(&w.rule)) } } } }
                     dl {
-                        dt { "Goal" } dd { (visible(&a.plan.goal)) }
-                        dt { "Verification" } dd.mono { (visible(&a.plan.verification)) }
-                        dt { "Approved by" } dd { (visible(&a.decision.by)) " at " (clock(a.decision.at_ms)) " UTC" }
-                        @if !a.decision.note.is_empty() { dt { "Note" } dd { (visible(&a.decision.note)) } }
+                        dt { "Goal" } dd { (field(&a.plan.goal)) }
+                        dt { "Verification" } dd.mono { (field(&a.plan.verification)) }
+                        dt { "Approved by" } dd { (field(&a.decision.by)) " at " (clock(a.decision.at_ms)) " UTC" }
+                        @if !a.decision.note.is_empty() { dt { "Note" } dd { (field(&a.decision.note)) } }
                     }
                     h2 { "Steps" }
                     ol {
                         @for step in &a.plan.steps {
                             li {
-                                (visible(&step.description))
-                                ul { @for f in &step.files { li.mono { (visible(f)) } } }
+                                (field(&step.description))
+                                ul { @for f in &step.files { li.mono { (field(f)) } } }
                             }
                         }
                     }
                     @if !a.plan.risks.is_empty() {
                         h2 { "Risks" }
-                        ul { @for risk in &a.plan.risks { li { (visible(risk)) } } }
-                    }
-                    @if !a.withheld.is_empty() {
-                        h2 { "Withheld" }
-                        ul { @for w in &a.withheld { li { span.mono { (visible(&w.path)) } " — " (visible(&w.rule)) } } }
+                        ul { @for risk in &a.plan.risks { li { (field(risk)) } } }
                     }
                     h2 { "Reconciliation" }
                     (reconciliation(r))
@@ -196,5 +206,81 @@ fn reconciliation(r: &Reconciled) -> Markup {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Report;
+    use crate::policy::Withheld;
+    use crate::policy::plan::{Plan, Step};
+    use crate::session::{ApprovedPlan, Decision};
+
+    pub(super) fn reconciled(text: &str, goal: &str) -> Reconciled {
+        let plan = Plan {
+            goal: goal.to_string(),
+            steps: vec![Step {
+                description: text.to_string(),
+                files: vec![format!("src/{text}.py")],
+            }],
+            verification: text.to_string(),
+            risks: vec![text.to_string()],
+        };
+        Reconciled {
+            report: Report {
+                entries: vec![],
+                dropped: 0,
+                file_lines_dropped: 0,
+                files_written: vec![],
+                commands: vec![],
+                refused: vec![],
+                touched: vec![],
+                plan: None,
+                verification: None,
+                checkpoints: vec![],
+                processes: vec![],
+            },
+            plan: Some(ApprovedPlan {
+                id: "1".into(),
+                plan,
+                granted: vec![format!("src/{text}.py")],
+                withheld: vec![Withheld {
+                    path: format!("tests/{text}.py"),
+                    rule: text.to_string(),
+                }],
+                decision: Decision {
+                    by: text.to_string(),
+                    note: text.to_string(),
+                    at_ms: 0,
+                },
+            }),
+            changed_unplanned: Some(Ok(vec![format!("lib/{text}.py")])),
+            processes: vec![],
+        }
+    }
+
+    #[test]
+    fn the_plan_page_shows_every_hidden_character_as_what_it_is() {
+        for &(class, c, shown) in crate::text::CLASSES {
+            let text = format!("x{c}y");
+            let page = plan_page("s1", &reconciled(&text, &text)).into_string();
+            assert!(
+                !page.contains(c),
+                "{class}: the page holds U+{:04X} raw",
+                u32::from(c)
+            );
+            // The page escapes `^` and `\` as they are; a `<` is HTML's.
+            assert!(page.contains(&format!("x{shown}y")), "{class}: {page}");
+        }
+    }
+
+    #[test]
+    fn the_plan_page_shows_what_was_granted_first_and_caps_the_goal() {
+        let page = plan_page("s1", &reconciled("t", &"g".repeat(200_000))).into_string();
+        let withheld = page.find("tests/t.py").unwrap_or(usize::MAX);
+        assert!(withheld < page.find("ggg").unwrap_or(0), "{page}");
+        assert!(page.contains("… 199000 more characters"));
+        assert!(page.len() < 20_000, "{}", page.len());
     }
 }

@@ -89,7 +89,7 @@ async fn a_running_commands_output_arrives_live_as_text() {
         "{all}"
     );
     // Terminal sequences arrive visible, never raw.
-    assert!(all.contains("\u{241b}[31mred"), "{all}");
+    assert!(all.contains("^[[31mred"), "{all}");
     assert!(!all.contains('\u{1b}'), "a raw escape was streamed");
     let out = run.join().unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -98,7 +98,7 @@ async fn a_running_commands_output_arrives_live_as_text() {
     let page = served.get(&link, Some(&admin)).body;
     assert!(page.contains("Ended: exit 0"), "{page}");
     assert!(page.contains("step 3 &lt;b&gt;"), "{page}");
-    assert!(page.contains("\u{241b}[31mred"), "{page}");
+    assert!(page.contains("^[[31mred"), "{page}");
     assert!(!page.contains('\u{1b}'));
     // And the timeline links the command.
     let timeline = served.get(&format!("/sessions/{id}"), Some(&admin)).body;

@@ -72,7 +72,7 @@ pub async fn call(
             if let Some(rejected) = &r.rejected {
                 return Ok(Reply::rejected(&what, rejected));
             }
-            Ok(Reply::text(format!("{} (sha256 {})", r.message, r.sha256)))
+            Ok(Reply::text(render::created(&r)))
         }
         "edit_file" => {
             let a: EditArgs = args(name, raw)?;
@@ -134,7 +134,7 @@ pub async fn call(
         "run_command" => {
             let a: RunArgs = args(name, raw)?;
             let cap = or_zero(a.output_cap);
-            let what = format!("run_command of `{}`", render::safe(&a.command));
+            let what = format!("run_command of {}", sandboxd::text::code_span(&a.command));
             let req = pb::RunCommandRequest {
                 session_id: sid,
                 command: a.command,
@@ -196,7 +196,7 @@ pub async fn call(
                 .map(|k| k.checkpoint_id.clone())
                 .unwrap_or_default();
             Ok(Reply {
-                text: format!("{} (checkpoint_id {id})", r.message),
+                text: format!("{} (checkpoint_id {id})", render::safe(&r.message)),
                 structured: Some(json!({ "checkpoint_id": id })),
                 is_error: false,
             })
@@ -219,7 +219,7 @@ pub async fn call(
                 })
                 .await?
                 .into_inner();
-            Ok(Reply::text(r.message))
+            Ok(Reply::text(render::safe(&r.message)))
         }
         "session_report" => {
             let a: ReportArgs = args(name, raw)?;
