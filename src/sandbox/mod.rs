@@ -25,6 +25,7 @@ pub mod command;
 pub mod container;
 pub mod docker;
 pub mod exec_fallback;
+pub mod file_table;
 pub mod image;
 pub mod metered;
 pub mod process;

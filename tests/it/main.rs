@@ -11,6 +11,7 @@ mod apply_patch;
 mod approvals;
 mod archives;
 mod auth;
+mod bounds;
 mod change_names;
 mod checkout_stop;
 mod checkouts;

@@ -71,6 +71,11 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     let wants_runsc = args.container_runtime.as_deref() == Some(runsc::NAME);
     sandbox.runtime = args.container_runtime;
     args.limits.apply(&mut sandbox);
+    sandboxd::sandbox::file_table::check(
+        &sandbox.default_limits,
+        &sandbox.max_limits,
+        args.max_sessions,
+    );
     sandbox.pool_size = args.pool_size;
     sandbox.lent_pool_size = args.lent_pool_size;
     sandbox.environment_pools = args.pools.into_iter().collect();

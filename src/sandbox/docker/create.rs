@@ -74,6 +74,15 @@ pub(super) fn body(
         memory_swap: Some(memory),
         nano_cpus: Some(i64::try_from(spec.limits.nano_cpus).unwrap_or(i64::MAX)),
         pids_limit: Some(i64::try_from(spec.limits.pids).unwrap_or(i64::MAX)),
+        // Open files per process, soft and hard (a command cannot raise
+        // it): a session's worst case is pids × this, a stated share of
+        // the host's table (see `sandbox::file_table`), not the engine's
+        // inherited default.
+        ulimits: Some(vec![bollard::models::ResourcesUlimits {
+            name: Some("nofile".into()),
+            soft: Some(crate::sandbox::file_table::NOFILE as i64),
+            hard: Some(crate::sandbox::file_table::NOFILE as i64),
+        }]),
         init: Some(true),
         runtime,
         ..Default::default()
