@@ -1184,10 +1184,12 @@ class PlanEvent(_message.Message):
     def __init__(self, pending: _Optional[_Union[PlanPending, _Mapping]] = ..., approved: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., rejected: _Optional[_Union[Rejection, _Mapping]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ListPendingApprovalsRequest(_message.Message):
-    __slots__ = ("wait_ms",)
+    __slots__ = ("wait_ms", "session_id")
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     wait_ms: int
-    def __init__(self, wait_ms: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, wait_ms: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class PendingCall(_message.Message):
     __slots__ = ("tool", "summary", "rule", "path", "command")
