@@ -278,7 +278,10 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(sandbox);
     type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
-    let gate = listener::Gate::new(fit_to_fd_limit(access.connections));
+    let gate = listener::Gate::watching(
+        fit_to_fd_limit(access.connections),
+        session_liveness(&registry),
+    );
     let server: Serving = match listener.into() {
         Listener::Tcp(l) => {
             Box::pin(router.serve_with_incoming_shutdown(listener::incoming(l, gate), shutdown))
@@ -304,6 +307,12 @@ pub async fn serve(
     reaper.abort();
     registry.close_all().await;
     Ok(result?)
+}
+
+/// Whether a session's voucher still holds: while the session is open.
+fn session_liveness(registry: &Arc<Registry>) -> listener::Liveness {
+    let registry = Arc::downgrade(registry);
+    Arc::new(move |id: &str| registry.upgrade().is_some_and(|r| r.is_open(id)))
 }
 
 /// `limits`, with fewer connections if the open files limit could not

@@ -502,9 +502,9 @@ impl Sandbox for SandboxService {
             [r.stdout_offset, r.stderr_offset],
             r.follow,
         )?;
-        Ok(Response::new(Box::pin(
-            ReceiverStream::new(pieces).map(|p| Ok(pb::ProcessOutput::from(p))),
-        )))
+        Ok(Response::new(Box::pin(pieces.map(|p| {
+            p.map(pb::ProcessOutput::from).map_err(Status::from)
+        }))))
     }
 
     async fn write_process_input(

@@ -11,9 +11,15 @@
 //!   TLS and HTTP/2 handshakes and a first call carrying a valid token all
 //!   fit in it), or it is closed; a stranger's idle or slow-loris
 //!   connection lives that long at most;
-//! - one session's token vouches for a few connections only, so a session
+//! - one session's token vouches for a few connections only, and all
+//!   sessions together for all but an eighth of the places, so sessions
 //!   cannot fill the table with vouched ones; the operator's token has no
-//!   such bound.
+//!   such bound;
+//! - a voucher lives as long as the token that gave it: once a session is
+//!   closed (or expired), its connections count for nobody. They are
+//!   strangers again, with a new handshake deadline, the first to go for
+//!   a newcomer (a connection kept alive by pings alone cannot hold a
+//!   place for a dead session).
 //!
 //! The accept loop backs off when accepting fails for want of descriptors
 //! or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): retried at once, such an
@@ -61,10 +67,23 @@ impl Default for ConnectionLimits {
 #[derive(Debug, Clone)]
 pub struct Gate(Arc<Shared>);
 
-#[derive(Debug)]
+/// Whether the session of this id is still open.
+pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 struct Shared {
     limits: ConnectionLimits,
+    /// Whether a session's voucher still holds (`None`: always).
+    live: Option<Liveness>,
     state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("limits", &self.limits)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -74,7 +93,29 @@ struct State {
     /// Connections not vouched for yet, oldest first.
     unvouched: BTreeMap<u64, Arc<Ticket>>,
     /// Vouched connections per session.
-    sessions: HashMap<String, usize>,
+    sessions: HashMap<String, BTreeMap<u64, Arc<Ticket>>>,
+    /// Connections vouched for by sessions, all together.
+    session_vouched: usize,
+}
+
+impl State {
+    /// Takes `ticket` off its session's count, if a session vouched for it.
+    fn disown(&mut self, ticket: &Ticket) {
+        let owner = ticket
+            .owner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(owner) = owner
+            && let Some(held) = self.sessions.get_mut(&owner)
+            && held.remove(&ticket.id).is_some()
+        {
+            self.session_vouched = self.session_vouched.saturating_sub(1);
+            if held.is_empty() {
+                self.sessions.remove(&owner);
+            }
+        }
+    }
 }
 
 /// One connection's standing, shared by its stream and its calls.
@@ -84,6 +125,9 @@ struct Ticket {
     vouched: AtomicBool,
     /// Set when the gate closes the connection; the waker wakes its task.
     closed: AtomicBool,
+    /// Set when the voucher died: the connection's task starts a new
+    /// handshake deadline.
+    demoted: AtomicBool,
     waker: AtomicWaker,
     owner: Mutex<Option<String>>,
 }
@@ -93,18 +137,75 @@ impl Ticket {
         self.closed.store(true, Ordering::Release);
         self.waker.wake();
     }
+
+    fn demote(&self) {
+        self.vouched.store(false, Ordering::Release);
+        self.demoted.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// The places of `max` that sessions' vouchers may not take: the
+/// operator's (and newcomers') share.
+fn reserved(max: usize) -> usize {
+    (max / 8).max(1)
 }
 
 impl Gate {
     /// A gate with `limits` (a `max` of 0 is taken as 1).
     pub fn new(limits: ConnectionLimits) -> Gate {
+        Gate::build(limits, None)
+    }
+
+    /// A gate with `limits` whose sessions' vouchers hold while `live`
+    /// says their session is open.
+    pub fn watching(limits: ConnectionLimits, live: Liveness) -> Gate {
+        Gate::build(limits, Some(live))
+    }
+
+    fn build(limits: ConnectionLimits, live: Option<Liveness>) -> Gate {
         Gate(Arc::new(Shared {
             limits: ConnectionLimits {
                 max: limits.max.max(1),
                 ..limits
             },
+            live,
             state: Mutex::default(),
         }))
+    }
+
+    /// Demotes the connections of sessions no longer open to strangers
+    /// (see the module's notes); returns how many.
+    pub fn sweep(&self) -> usize {
+        let Some(live) = &self.0.live else {
+            return 0;
+        };
+        let mut state = self.state();
+        let dead: Vec<String> = state
+            .sessions
+            .keys()
+            .filter(|s| !live(s))
+            .cloned()
+            .collect();
+        let mut n = 0;
+        for session in dead {
+            let Some(held) = state.sessions.remove(&session) else {
+                continue;
+            };
+            state.session_vouched = state.session_vouched.saturating_sub(held.len());
+            for (id, ticket) in held {
+                *ticket.owner.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                ticket.demote();
+                state.unvouched.insert(id, ticket);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Whether this gate watches sessions' liveness (and so is swept).
+    fn watches(&self) -> bool {
+        self.0.live.is_some()
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -119,6 +220,10 @@ impl Gate {
 
     /// Takes `io` in, or refuses it (`None`: drop it, which closes it).
     pub fn admit<IO>(&self, io: IO) -> Option<Guarded<IO>> {
+        if self.state().open >= self.0.limits.max {
+            // Dead sessions' connections are strangers' first.
+            self.sweep();
+        }
         let mut state = self.state();
         if state.open >= self.0.limits.max {
             let (_, oldest) = state.unvouched.pop_first()?;
@@ -132,6 +237,7 @@ impl Gate {
             id: state.next,
             vouched: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            demoted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             owner: Mutex::new(None),
         });
@@ -161,15 +267,19 @@ impl Admission {
     /// deadline or for a newcomer. `session` is the session whose token
     /// vouches (`None`: the operator, or a transport that vouches). A
     /// session already vouching for its share of connections does not
-    /// vouch for another: that one stays a stranger's, and is closed at
-    /// the deadline. Returns whether the connection is vouched for.
+    /// vouch for another, nor does any session once sessions hold all
+    /// places but the operator's share: that one stays a stranger's, and is
+    /// closed at the deadline. Returns whether the connection is vouched
+    /// for.
     pub fn vouch(&self, session: Option<&str>) -> bool {
         if self.ticket.vouched.load(Ordering::Acquire) {
             return true;
         }
+        let limits = &self.gate.0.limits;
         let mut state = self.gate.state();
         if let Some(s) = session
-            && state.sessions.get(s).copied().unwrap_or(0) >= self.gate.0.limits.per_session
+            && (state.sessions.get(s).map_or(0, BTreeMap::len) >= limits.per_session
+                || state.session_vouched >= limits.max.saturating_sub(reserved(limits.max)))
         {
             return false;
         }
@@ -178,7 +288,12 @@ impl Admission {
             return false;
         }
         if let Some(s) = session {
-            *state.sessions.entry(s.to_string()).or_default() += 1;
+            state
+                .sessions
+                .entry(s.to_string())
+                .or_default()
+                .insert(self.ticket.id, Arc::clone(&self.ticket));
+            state.session_vouched += 1;
             *self.ticket.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(s.to_string());
         }
         self.ticket.vouched.store(true, Ordering::Release);
@@ -222,6 +337,12 @@ impl<IO> Guarded<IO> {
             self.deadline = None;
             return Ok(());
         }
+        if ticket.demoted.swap(false, Ordering::AcqRel) {
+            // Its voucher died: a stranger again, with a stranger's time.
+            self.deadline = Some(Box::pin(tokio::time::sleep(
+                self.admission.gate.0.limits.handshake,
+            )));
+        }
         if let Some(deadline) = &mut self.deadline
             && deadline.as_mut().poll(cx).is_ready()
         {
@@ -240,19 +361,7 @@ impl<IO> Drop for Guarded<IO> {
         let mut state = self.admission.gate.state();
         state.open = state.open.saturating_sub(1);
         state.unvouched.remove(&ticket.id);
-        let owner = ticket
-            .owner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(owner) = owner
-            && let Some(n) = state.sessions.get_mut(&owner)
-        {
-            *n -= 1;
-            if *n == 0 {
-                state.sessions.remove(&owner);
-            }
-        }
+        state.disown(ticket);
     }
 }
 
@@ -341,14 +450,28 @@ impl Accept for tokio::net::UnixListener {
 /// First and longest pause after a failed accept.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
 
+/// How often a gate that watches sessions demotes dead sessions'
+/// connections.
+const SWEEP: Duration = Duration::from_secs(1);
+
 /// The connections `gate` admits from `listener`, as a stream; the accept
-/// loop stops when the stream is dropped.
+/// loop stops when the stream is dropped. A gate that watches sessions is
+/// swept every [`SWEEP`].
 pub fn incoming<L: Accept>(listener: L, gate: Gate) -> Incoming<L::Io> {
     let (tx, rx) = mpsc::channel(16);
     let task = tokio::spawn(async move {
         let mut pause = BACKOFF.0;
+        let mut sweep = tokio::time::interval(SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            match listener.accept().await {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = sweep.tick(), if gate.watches() => {
+                    gate.sweep();
+                    continue;
+                }
+            };
+            match accepted {
                 Ok(io) => {
                     pause = BACKOFF.0;
                     if let Some(conn) = gate.admit(io)
@@ -474,6 +597,101 @@ mod tests {
         drop(conns.remove(0));
         let next = g.admit(()).unwrap();
         assert!(next.admission().vouch(Some("s")), "the share came back");
+    }
+
+    /// A gate whose open sessions are those in the returned set.
+    fn watching(
+        max: usize,
+        per_session: usize,
+        handshake: Duration,
+    ) -> (Gate, Arc<Mutex<std::collections::HashSet<String>>>) {
+        let open = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let live = {
+            let open = Arc::clone(&open);
+            Arc::new(move |id: &str| open.lock().unwrap().contains(id)) as Liveness
+        };
+        let limits = ConnectionLimits {
+            max,
+            handshake,
+            per_session,
+        };
+        (Gate::watching(limits, live), open)
+    }
+
+    /// The review's lockout, scaled down: four sessions fill a table of 13
+    /// with vouched connections kept open, then are closed. Sessions never
+    /// take the operator's share, and once they are closed their
+    /// connections are the first to go for a newcomer.
+    #[tokio::test]
+    async fn closed_sessions_connections_count_for_nobody() {
+        let (g, open) = watching(13, 4, Duration::from_secs(3600));
+        let sessions = ["a", "b", "c", "d"];
+        open.lock()
+            .unwrap()
+            .extend(sessions.iter().map(|s| s.to_string()));
+        let mut held = Vec::new();
+        let mut vouched = 0;
+        for s in sessions {
+            for _ in 0..4 {
+                let Some(conn) = g.admit(()) else { break };
+                vouched += usize::from(conn.admission().vouch(Some(s)));
+                held.push(conn);
+            }
+        }
+        assert_eq!(vouched, 12, "sessions take all but the operator's share");
+        // The operator still gets in (the share is a stranger's place,
+        // taken by the newcomer).
+        let operator = g.admit(()).expect("the operator gets a place");
+        assert!(operator.admission().vouch(None));
+        assert!(g.admit(()).is_none(), "every place is vouched for");
+        // The sessions are closed: their connections are strangers now,
+        // the oldest taken first.
+        open.lock().unwrap().clear();
+        let first = Arc::clone(&held[0].admission.ticket);
+        let newcomer = g.admit(()).expect("a dead session's place is taken");
+        assert!(newcomer.admission().vouch(None));
+        assert!(
+            first.closed.load(Ordering::Acquire),
+            "the oldest goes first"
+        );
+        assert!(
+            held.iter().all(|c| !c.admission().vouched()),
+            "no connection of a closed session stays vouched"
+        );
+        // A connection demoted can be vouched for again by a live token.
+        assert!(held[5].admission().vouch(None));
+        drop((held, operator, newcomer));
+        assert_eq!(g.open(), 0);
+        let state = g.state();
+        assert!(state.sessions.is_empty() && state.session_vouched == 0);
+    }
+
+    /// A demoted connection has a stranger's time again: closed at a new
+    /// handshake deadline unless a live token vouches for it.
+    #[tokio::test]
+    async fn a_demoted_connection_is_closed_at_a_new_deadline() {
+        use tokio::io::AsyncReadExt;
+        let (g, open) = watching(4, 4, Duration::from_millis(300));
+        open.lock().unwrap().insert("s".into());
+        let (near, _far) = tokio::io::duplex(64);
+        let mut conn = g.admit(near).unwrap();
+        assert!(conn.admission().vouch(Some("s")));
+        // Vouched: outlives the first deadline.
+        let mut buf = [0u8; 8];
+        let read = tokio::time::timeout(Duration::from_millis(600), conn.read(&mut buf)).await;
+        assert!(read.is_err(), "a vouched connection stays open: {read:?}");
+        open.lock().unwrap().clear();
+        assert_eq!(g.sweep(), 1);
+        let t = std::time::Instant::now();
+        let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("closed well before 5 s");
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     /// A listener whose every accept fails for want of descriptors.

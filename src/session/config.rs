@@ -66,6 +66,9 @@ pub struct Config {
     /// streams unread (each running one holds a blocking thread and a few
     /// chunks in memory).
     pub upload_slots: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Readers of process output over the whole service
+    /// ([`defaults::OUTPUT_READERS`]); past it, a reader is refused.
+    pub output_readers: std::sync::Arc<tokio::sync::Semaphore>,
     /// Which sessions hold an upload or download slot: one of each kind
     /// per session, so that one session never holds them all.
     pub transfer_shares: std::sync::Arc<super::slots::Shares>,
@@ -304,6 +307,9 @@ impl Config {
             archives: ArchiveConfig::default(),
             download_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::DOWNLOADS)),
             upload_slots: std::sync::Arc::new(tokio::sync::Semaphore::new(defaults::UPLOADS)),
+            output_readers: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                defaults::OUTPUT_READERS,
+            )),
             transfer_shares: std::sync::Arc::default(),
             metrics: None,
         }

@@ -32,6 +32,8 @@ pub const OUTPUT_CAP: u64 = 4000;
 pub const MAX_OUTPUT_CAP: u64 = 1_000_000;
 /// Long-running processes a session may have running at once.
 pub const MAX_PROCESSES: usize = 16;
+/// Readers of process output (ReadProcessOutput) over the whole service.
+pub const OUTPUT_READERS: usize = 512;
 /// Bytes of output kept per stream of each process: its head (a quarter)
 /// and its most recent tail.
 pub const PROCESS_OUTPUT_BYTES: u64 = 256 << 10;

@@ -143,6 +143,20 @@ pub enum Error {
         /// The running ones, "p3 `command`".
         running: Vec<String>,
     },
+    /// The session (or the service) has its ceiling of output readers.
+    #[error("{max} readers of process output are open in this {of}")]
+    TooManyReaders {
+        /// The ceiling.
+        max: usize,
+        /// "session" or "service".
+        of: &'static str,
+    },
+    /// The reader did not come back for output it was given.
+    #[error("the reader did not read for {secs} s; its place was taken")]
+    ReaderStalled {
+        /// How long it did not read.
+        secs: u64,
+    },
     /// The process ended: it takes no input, resize or signal.
     #[error("process {id} ended: {how}")]
     ProcessEnded {

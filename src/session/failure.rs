@@ -158,6 +158,8 @@ pub mod reason {
     pub const APPROVAL_NOT_FOUND: &str = "APPROVAL_NOT_FOUND";
     pub const PROCESS_NOT_FOUND: &str = "PROCESS_NOT_FOUND";
     pub const TOO_MANY_PROCESSES: &str = "TOO_MANY_PROCESSES";
+    pub const TOO_MANY_READERS: &str = "TOO_MANY_READERS";
+    pub const READER_STALLED: &str = "READER_STALLED";
     pub const PROCESS_ENDED: &str = "PROCESS_ENDED";
     pub const PROCESS_INPUT_CLOSED: &str = "PROCESS_INPUT_CLOSED";
     pub const PROCESS_NOT_READING: &str = "PROCESS_NOT_READING";

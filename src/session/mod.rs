@@ -75,6 +75,7 @@ pub use messages::{
 };
 pub use plans::PlanEvent;
 pub use process_table::{InputAck, ProcessInfo, ProcessState, Read};
+pub use processes::OutputStream;
 pub use registry::Registry;
 pub use reports::Reconciled;
 pub use slots::{MinRate, Shares, TooSlow};

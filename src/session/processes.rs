@@ -5,6 +5,9 @@
 //! signals and stopping are in `control`.
 
 mod control;
+mod readers;
+
+pub use readers::{OutputStream, Readers};
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -199,18 +202,21 @@ impl Session {
             .await;
         let ready_state = if req.ready.is_none() {
             ReadyState::NotAsked
-        } else if live
-            .wait_for(ready_timeout, |s| s.ready_at.is_some() || s.end.is_some())
-            .await
-        {
-            let st = live.state();
+        } else {
+            live.wait_for(ready_timeout, |s| s.ready_at.is_some() || s.end.is_some())
+                .await;
+            // Decided and closed under one lock: once answered, readiness
+            // is no longer watched (the matcher stops scanning), and a
+            // process the answer called not ready never turns ready.
+            let mut st = live.state();
+            st.ready_unwatched = true;
             if st.ready_at.is_some() {
                 ReadyState::Ready
-            } else {
+            } else if st.end.is_some() {
                 ReadyState::Exited
+            } else {
+                ReadyState::TimedOut
             }
-        } else {
-            ReadyState::TimedOut
         };
         let ready_ms = live.state().ready_at.map_or(0, |at| {
             at.saturating_duration_since(live.started).as_millis() as u64
@@ -386,7 +392,7 @@ fn output(live: &Live, matcher: &mut Option<Matcher>, stream: usize, bytes: &[u8
 
 fn ready(live: &Live) {
     let mut st = live.state();
-    if st.ready_at.is_none() {
+    if st.ready_at.is_none() && !st.ready_unwatched {
         st.ready_at = Some(Instant::now());
     }
 }

@@ -280,6 +280,12 @@ impl Registry {
             .cloned()
     }
 
+    /// Whether the session `id` is open (not closed, expired or never
+    /// made).
+    pub fn is_open(&self, id: &str) -> bool {
+        self.table().contains_key(id)
+    }
+
     /// The session `id`, if `caller` may use it, marked as used now. A
     /// session the caller may not use is not found, exactly as one that
     /// does not exist (whether it exists is not told).

@@ -52,9 +52,9 @@ pub struct Session {
     pub(super) notes: Vec<String>,
     /// Commands running now: a session with one is never idle.
     pub(super) running: AtomicUsize,
-    /// Readers following a process's output now: a session with one is
-    /// never idle either.
-    pub(super) following: AtomicUsize,
+    /// Readers of its processes' output now: a session with one is never
+    /// idle either.
+    pub(super) readers: super::processes::Readers,
     /// Its long-running processes.
     pub(super) processes: super::process_table::Processes,
     /// Its commands as viewers see them.

@@ -274,6 +274,90 @@ async fn one_session_opening_many_connections_keeps_no_one_out() {
     local.stop().await.unwrap();
 }
 
+/// The review's lockout, scaled down: four sessions' holders open four
+/// connections each, with a call on each, and keep them open (HTTP/2 pings
+/// would keep them alive for ever); then the sessions are closed. Their
+/// vouchers die with their tokens: the operator gets in at once, lists,
+/// creates and closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_of_closed_sessions_keep_no_one_out() {
+    let local = service(
+        ConnectionLimits {
+            max: 13,
+            handshake: Duration::from_secs(60),
+            per_session: 4,
+        },
+        |_| {},
+    )
+    .await;
+    let token = local.token.clone().unwrap();
+    let mut admin = local.client.clone();
+    let mut held = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let s = admin
+            .create_session(pb::CreateSessionRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        for _ in 0..4 {
+            let Ok(channel) =
+                tonic::transport::Endpoint::try_from(format!("http://{}", local.addr))
+                    .unwrap()
+                    .connect()
+                    .await
+            else {
+                continue;
+            };
+            let mut c = SandboxClient::new(channel);
+            // Past the table, a connection is refused: that is the point.
+            let _ = c
+                .get_session(with(
+                    &s.session_token,
+                    pb::GetSessionRequest {
+                        session_id: s.session_id.clone(),
+                    },
+                ))
+                .await;
+            held.push(c);
+        }
+        ids.push(s.session_id);
+    }
+    for id in &ids {
+        admin
+            .close_session(pb::CloseSessionRequest {
+                session_id: id.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    let t = Instant::now();
+    let mut operator = fresh_client(local.addr).await;
+    operator
+        .list_sessions(with(&token, pb::ListSessionsRequest::default()))
+        .await
+        .unwrap();
+    let listed = t.elapsed();
+    let made = operator
+        .create_session(with(&token, pb::CreateSessionRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    operator
+        .close_session(with(
+            &token,
+            pb::CloseSessionRequest {
+                session_id: made.session_id,
+            },
+        ))
+        .await
+        .unwrap();
+    eprintln!("after four sessions filled the table and closed: the operator listed in {listed:?}");
+    assert!(listed < Duration::from_secs(1), "{listed:?}");
+    drop(held);
+    local.stop().await.unwrap();
+}
+
 /// The metrics listener: idle strangers and a slow request do not keep a
 /// scrape out, and are closed at its read deadline (5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -478,6 +478,14 @@ class TooManyProcesses(ProcessRefused, reason="TOO_MANY_PROCESSES"):
     """The session runs its limit of processes (the message names them): stop one first."""
 
 
+class TooManyReaders(ProcessRefused, reason="TOO_MANY_READERS"):
+    """The session (or the service) has its limit of open output streams: close one first."""
+
+
+class ReaderStalled(ProcessRefused, reason="READER_STALLED"):
+    """This output stream went unread for a minute and lost its place: read again from its offsets."""
+
+
 class ProcessEnded(ProcessRefused, reason="PROCESS_ENDED"):
     """The process has ended, so it takes no input, resize or signal."""
 

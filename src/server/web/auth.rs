@@ -69,7 +69,9 @@ impl Viewers {
         let cookie = crate::secret::random_hex();
         let mut cookies = self.cookies.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        cookies.retain(|_, (_, at)| now.duration_since(*at) < VIEWER_LIFETIME);
+        cookies.retain(|_, (caller, at)| {
+            now.duration_since(*at) < VIEWER_LIFETIME && self.holds(caller)
+        });
         // One token's logins push out its own oldest cookie, never
         // another's: a session's holder cannot log the operator out.
         let oldest = |cookies: &HashMap<[u8; 32], (Caller, Instant)>,
@@ -116,7 +118,16 @@ impl Viewers {
         let cookie = cookie(headers)?;
         let cookies = self.cookies.lock().unwrap_or_else(|e| e.into_inner());
         let (caller, at) = cookies.get(&crate::secret::sha256(cookie.as_bytes()))?;
-        (at.elapsed() < VIEWER_LIFETIME).then(|| caller.clone())
+        (at.elapsed() < VIEWER_LIFETIME && self.holds(caller)).then(|| caller.clone())
+    }
+
+    /// Whether a cookie of `caller` still names someone: a session's
+    /// cookie dies with its session (closed, expired), as its token does.
+    fn holds(&self, caller: &Caller) -> bool {
+        match caller {
+            Caller::Session(id) => self.auth.registry.is_open(id),
+            Caller::Admin | Caller::Approver => true,
+        }
     }
 }
 

@@ -58,12 +58,16 @@ pub async fn serve_web(listener: TcpListener, registry: Arc<Registry>, access: &
         registry,
         lives: commands::Lives::default(),
     });
+    let live = super::session_liveness(&web.registry);
     let router = router(web);
-    let gate = Gate::new(ConnectionLimits {
-        max: CONNECTIONS,
-        handshake: access.connections.handshake,
-        per_session: PER_SESSION,
-    });
+    let gate = Gate::watching(
+        ConnectionLimits {
+            max: CONNECTIONS,
+            handshake: access.connections.handshake,
+            per_session: PER_SESSION,
+        },
+        live,
+    );
     let mut conns = incoming(listener, gate);
     while let Some(conn) = conns.next().await {
         let admission = conn.admission().clone();

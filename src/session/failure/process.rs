@@ -29,6 +29,32 @@ pub(super) fn too_many(max: usize, running: &[String]) -> Described {
     )
 }
 
+pub(super) fn too_many_readers(max: usize, of: &str) -> Described {
+    status(
+        Code::ResourceExhausted,
+        reason::TOO_MANY_READERS,
+        format!(
+            "This {of} already has its limit of {max} open ReadProcessOutput streams. Nothing \
+             was opened. Close a stream you no longer read (a follower of a process that has \
+             ended closes by itself), or read without `follow`, then retry."
+        ),
+        &[("max", max.to_string()), ("of", of.to_string())],
+    )
+}
+
+pub(super) fn reader_stalled(secs: u64) -> Described {
+    status(
+        Code::Aborted,
+        reason::READER_STALLED,
+        format!(
+            "This ReadProcessOutput stream was not read for {secs} s while output waited, and \
+             another reader took its place. Nothing of the process changed. Read again from the \
+             offsets of the last piece you received."
+        ),
+        &[("stalled_secs", secs.to_string())],
+    )
+}
+
 pub(super) fn ended(id: &str, how: &str) -> Described {
     status(
         Code::FailedPrecondition,

@@ -114,6 +114,8 @@ pub(super) fn session_status(err: &session::Error) -> Described {
         S::Denied(denial) => denial_status(denial),
         S::ProcessNotFound { id } => process::not_found(id),
         S::TooManyProcesses { max, running } => process::too_many(*max, running),
+        S::TooManyReaders { max, of } => process::too_many_readers(*max, of),
+        S::ReaderStalled { secs } => process::reader_stalled(*secs),
         S::ProcessEnded { id, how } => process::ended(id, how),
         S::ProcessInputClosed { id, never_opened } => process::input_closed(id, *never_opened),
         S::ProcessNotReading { id, written, why } => process::not_reading(id, *written, why),

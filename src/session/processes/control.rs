@@ -4,18 +4,18 @@
 //! input by its size, never its bytes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::parse_id;
+use super::readers::{self, OutputStream};
 use crate::sandbox::process::STOP_DEADLINE;
 use crate::sandbox::{KilledBy, ProcessSignal};
 use crate::session::error::Error;
 use crate::session::failure;
 use crate::session::messages::OutputPiece;
-use crate::session::process_table::{CHUNK, InputAck, Live, ProcessInfo};
+use crate::session::process_table::{InputAck, Live, ProcessInfo};
 use crate::session::tools::Session;
 
 /// Most bytes one WriteProcessInput carries.
@@ -77,14 +77,14 @@ impl Session {
 
     /// ReadProcessOutput: the kept output from `from` (stdout, stderr
     /// offsets) on, then, with `follow`, new output as it comes until the
-    /// process ends; the last piece says where to read on from. While it
-    /// follows, the session is in use (its idle timeout waits).
+    /// process ends; the last piece says where to read on from. Readers
+    /// are bounded and pulled (see `readers`).
     pub fn read_process_output(
         self: &Arc<Self>,
         id: &str,
         from: [u64; 2],
         follow: bool,
-    ) -> Result<mpsc::Receiver<OutputPiece>, failure::Error> {
+    ) -> Result<OutputStream, failure::Error> {
         let started = Instant::now();
         let summary = format!(
             "{id} from {}/{}{}",
@@ -92,34 +92,24 @@ impl Session {
             from[1],
             if follow { ", following" } else { "" }
         );
-        let found = match self.find_process(id) {
-            Ok(found) => found,
-            Err(e) => {
-                self.refused("ReadProcessOutput", &summary, started, &e);
-                return Err(e);
-            }
-        };
-        self.journal
-            .ok("ReadProcessOutput", &summary, started, String::new());
-        let (tx, rx) = mpsc::channel(4);
-        match found {
+        let opened = self.find_process(id).and_then(|found| match found {
             Found::Gone(info) => {
                 let end = OutputPiece::End {
                     stdout_offset: from[0],
                     stderr_offset: from[1],
                     info,
                 };
-                let _ = tx.try_send(end);
+                OutputStream::open(self, futures_util::stream::iter([end]))
             }
-            Found::Live(live) => {
-                let guard = Following::new(self);
-                tokio::spawn(async move {
-                    stream_output(live, from, follow, tx).await;
-                    drop(guard);
-                });
-            }
+            Found::Live(live) => OutputStream::open(self, readers::pieces(live, from, follow)),
+        });
+        match &opened {
+            Ok(_) => self
+                .journal
+                .ok("ReadProcessOutput", &summary, started, String::new()),
+            Err(e) => self.refused("ReadProcessOutput", &summary, started, e),
         }
-        Ok(rx)
+        opened
     }
 
     /// WriteProcessInput: hands `data` to the process's input (closing it
@@ -306,70 +296,5 @@ impl Session {
         self.journaled("StopProcess", id, started, result, |p| {
             format!("exit {}", p.exit_code)
         })
-    }
-}
-
-/// Sends kept output from `from` on; with `follow`, waits for more until
-/// the process ended; then the end.
-async fn stream_output(
-    live: Arc<Live>,
-    mut from: [u64; 2],
-    follow: bool,
-    tx: mpsc::Sender<OutputPiece>,
-) {
-    let mut changes = live.watch();
-    loop {
-        // Taken before reading: whatever it wrote before it ended is kept
-        // by then, so a read after an end misses nothing.
-        let ended = live.has_ended();
-        changes.mark_unchanged();
-        for (stream, offset) in from.iter_mut().enumerate() {
-            loop {
-                let read = live.output()[stream].read(*offset, CHUNK);
-                if read.data.is_empty() {
-                    *offset = read.offset;
-                    break;
-                }
-                *offset = read.offset + read.data.len() as u64;
-                let piece = OutputPiece::Chunk {
-                    stderr: stream == 1,
-                    read,
-                };
-                if tx.send(piece).await.is_err() {
-                    return;
-                }
-            }
-        }
-        if ended || !follow {
-            let _ = tx
-                .send(OutputPiece::End {
-                    stdout_offset: from[0],
-                    stderr_offset: from[1],
-                    info: live.info(),
-                })
-                .await;
-            return;
-        }
-        tokio::select! {
-            changed = changes.changed() => if changed.is_err() { return },
-            () = tx.closed() => return,
-        }
-    }
-}
-
-/// Marks a session in use while a reader follows one of its processes.
-struct Following(Arc<Session>);
-
-impl Following {
-    fn new(session: &Arc<Session>) -> Following {
-        session.following.fetch_add(1, Ordering::SeqCst);
-        Following(Arc::clone(session))
-    }
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.following.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -172,7 +172,7 @@ impl Registry {
             notes,
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
-            following: AtomicUsize::new(0),
+            readers: Default::default(),
             processes: Default::default(),
             watch: Default::default(),
             ttl: std::time::Duration::from_millis(record.ttl_ms),

@@ -255,3 +255,58 @@ async fn process_after_process_keeps_the_output_of_the_newest_ended_ones_only() 
     assert_eq!(list(client, &sid).await.len(), 41);
     server.stop().await;
 }
+
+/// The review's finding: a thousand follow streams on one connection, none
+/// read, of a process with output waiting. A session has 16 readers at
+/// most: the rest are refused with a reason, and a place comes back when
+/// its reader goes.
+#[tokio::test]
+async fn unread_output_streams_are_bounded_per_session() {
+    let server = TestServer::with_docker().await;
+    let (sid, _) = server.session().await;
+    let client = &server.client;
+    let flood = start(
+        client,
+        start_req(&sid, "head -c 4000000 /dev/zero | tr '\\0' x; sleep 600"),
+    )
+    .await
+    .process
+    .unwrap();
+    super::wait_for_output(client, &sid, &flood.process_id, "xxxx").await;
+    let follow = || pb::ReadProcessOutputRequest {
+        session_id: sid.clone(),
+        process_id: flood.process_id.clone(),
+        follow: true,
+        ..Default::default()
+    };
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..1000 {
+        match client.clone().read_process_output(follow()).await {
+            Ok(stream) => held.push(stream.into_inner()),
+            Err(e) => {
+                assert_eq!(reason(&e), "TOO_MANY_READERS", "{e:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((held.len(), refused), (16, 984));
+    // A reader that goes gives its place back (its stream is reset).
+    held.pop();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let again = loop {
+        match client.clone().read_process_output(follow()).await {
+            Ok(stream) => break stream,
+            Err(e) if std::time::Instant::now() < until => {
+                assert_eq!(reason(&e), "TOO_MANY_READERS");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the place did not come back: {e:?}"),
+        }
+    };
+    let mut again = again.into_inner();
+    assert!(again.message().await.unwrap().is_some(), "it reads");
+    drop((held, again));
+    stop(client, &sid, &flood.process_id).await;
+    server.stop().await;
+}

@@ -221,6 +221,39 @@ async fn readiness_that_never_comes_is_said_with_the_output_so_far() {
     let p = started.process.unwrap();
     assert_eq!(p.state, pb::ProcessState::Running as i32);
 
+    // What the answer said stays so: the pattern shows after the answer
+    // (the matcher no longer scans), and a port opened after it does not
+    // make the process ready either.
+    let mut req = start_req(&sid, "sleep 1; echo listening; sleep 600");
+    req.ready = Some(pb::Readiness {
+        condition: Some(pb::readiness::Condition::OutputRegex("^listening".into())),
+        timeout_ms: 300,
+    });
+    let late = start(client, req).await;
+    assert_eq!(late.ready_state, pb::ReadyState::TimedOut as i32);
+    let late_id = late.process.unwrap().process_id;
+    let mut req = start_req(
+        &sid,
+        "sleep 1; python3 -c 'import socket,time; s=socket.socket(); s.bind((\"127.0.0.1\", 8124)); s.listen(); time.sleep(600)'",
+    );
+    req.ready = Some(pb::Readiness {
+        condition: Some(pb::readiness::Condition::Port(8124)),
+        timeout_ms: 300,
+    });
+    let late_port = start(client, req).await;
+    assert_eq!(late_port.ready_state, pb::ReadyState::TimedOut as i32);
+    let late_port_id = late_port.process.unwrap().process_id;
+    super::wait_for_output(client, &sid, &late_id, "listening").await;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for p in super::list(client, &sid).await {
+        if p.process_id == late_id || p.process_id == late_port_id {
+            assert!(!p.ready, "turned ready after the answer said not: {p:?}");
+        }
+    }
+    for id in [late_id, late_port_id] {
+        super::stop(client, &sid, &id).await;
+    }
+
     // A pattern that does not compile is refused before anything starts.
     let mut req = start_req(&sid, "sleep 1");
     req.ready = Some(pb::Readiness {
@@ -229,6 +262,6 @@ async fn readiness_that_never_comes_is_said_with_the_output_so_far() {
     });
     let refused = client.clone().start_process(req).await.unwrap_err();
     assert_eq!(reason(&refused), "INVALID_ARGUMENT");
-    assert_eq!(super::list(client, &sid).await.len(), 2);
+    assert_eq!(super::list(client, &sid).await.len(), 4);
     server.stop().await;
 }

@@ -169,6 +169,28 @@ async fn a_sessions_logins_never_log_the_operator_out() {
     );
 }
 
+/// A session's viewer cookie dies with its session, as its token does:
+/// after CloseSession the cookie opens nothing, and the operator's stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_cookie_dies_with_its_session() {
+    let served = Served::start(false).await;
+    let (id, token) = served.session();
+    let admin = served.login(ADMIN);
+    let viewer = served.login(&token);
+    let page = format!("/sessions/{id}");
+    assert_eq!(served.get(&page, Some(&viewer)).status, 200);
+    let (code, out) = served.cli(None, &["session", "close", &id]);
+    assert_eq!(code, 0, "{out}");
+    for path in ["/", page.as_str()] {
+        let reply = served.get(path, Some(&viewer));
+        assert_eq!(
+            reply.status, 303,
+            "{path} with a dead session's cookie: {reply:?}"
+        );
+    }
+    assert_eq!(served.get("/", Some(&admin)).status, 200);
+}
+
 /// Forms are taken from the view's own pages only, and small.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forms_from_other_sites_and_large_bodies_are_refused() {
