@@ -6,6 +6,7 @@
 
 mod listener;
 mod scrape;
+mod streams;
 pub mod web;
 
 pub use listener::{Admission, ConnectionLimits, raise_fd_limit};
@@ -101,12 +102,17 @@ impl Interceptor for BearerAuth {
 /// [`listener`]): it is no longer closed at the handshake deadline.
 fn vouch(req: &tonic::Request<()>, caller: &Caller) {
     if let Some(admission) = req.extensions().get::<Admission>() {
-        let session = match caller {
-            Caller::Admin | Caller::Approver => None,
-            Caller::Session(id) => Some(id.as_str()),
-        };
-        admission.vouch(session);
+        vouch_for(admission, caller);
     }
+}
+
+/// `caller`'s token vouches for the connection `admission` stands for.
+fn vouch_for(admission: &Admission, caller: &Caller) {
+    let session = match caller {
+        Caller::Admin | Caller::Approver => None,
+        Caller::Session(id) => Some(id.as_str()),
+    };
+    admission.vouch(session);
 }
 
 /// The health service is open to all; a health call carrying a valid
@@ -261,9 +267,11 @@ pub async fn serve(
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE.0))
         .http2_keepalive_timeout(Some(KEEPALIVE.1))
+        .max_concurrent_streams(streams::PER_CONNECTION)
         .layer(tower::util::MapResponseLayer::new(
             crate::error::describe_transport_refusal,
-        ));
+        ))
+        .layer(streams::StreamBudgetLayer::new(auth.clone()));
     if let Some(tls) = access.tls {
         builder = builder.tls_config(
             ServerTlsConfig::new()

@@ -96,6 +96,10 @@ struct State {
     sessions: HashMap<String, BTreeMap<u64, Arc<Ticket>>>,
     /// Connections vouched for by sessions, all together.
     session_vouched: usize,
+    /// Calls open now on connections each session vouched for.
+    session_streams: HashMap<String, usize>,
+    /// Connections closed since memory was last given back.
+    closed_since_trim: usize,
 }
 
 impl State {
@@ -130,6 +134,8 @@ struct Ticket {
     demoted: AtomicBool,
     waker: AtomicWaker,
     owner: Mutex<Option<String>>,
+    /// Calls (streams) open on it now.
+    streams: std::sync::atomic::AtomicUsize,
 }
 
 impl Ticket {
@@ -203,9 +209,9 @@ impl Gate {
         n
     }
 
-    /// Whether this gate watches sessions' liveness (and so is swept).
-    fn watches(&self) -> bool {
-        self.0.live.is_some()
+    /// Whether connections closed since the last call.
+    fn any_closed(&self) -> bool {
+        std::mem::take(&mut self.state().closed_since_trim) > 0
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -240,6 +246,7 @@ impl Gate {
             demoted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             owner: Mutex::new(None),
+            streams: std::sync::atomic::AtomicUsize::new(0),
         });
         state.unvouched.insert(ticket.id, Arc::clone(&ticket));
         drop(state);
@@ -304,6 +311,71 @@ impl Admission {
     pub fn vouched(&self) -> bool {
         self.ticket.vouched.load(Ordering::Acquire)
     }
+
+    /// A place for one more call (stream) on this connection: a
+    /// connection nobody vouched for has [`STRANGER_STREAMS`], the
+    /// connections of one session [`SESSION_STREAMS`] together. Refused:
+    /// the bound and whose it is.
+    pub fn open_stream(&self) -> Result<StreamPlace, (usize, &'static str)> {
+        let ticket = &self.ticket;
+        if !self.vouched() {
+            if ticket.streams.fetch_add(1, Ordering::AcqRel) >= STRANGER_STREAMS {
+                ticket.streams.fetch_sub(1, Ordering::AcqRel);
+                return Err((STRANGER_STREAMS, "connection nobody has vouched for"));
+            }
+            return Ok(StreamPlace {
+                admission: self.clone(),
+                session: None,
+            });
+        }
+        let owner = ticket
+            .owner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(s) = &owner {
+            let mut state = self.gate.state();
+            let n = state.session_streams.entry(s.clone()).or_default();
+            if *n >= SESSION_STREAMS {
+                return Err((SESSION_STREAMS, "session"));
+            }
+            *n += 1;
+        }
+        ticket.streams.fetch_add(1, Ordering::AcqRel);
+        Ok(StreamPlace {
+            admission: self.clone(),
+            session: owner,
+        })
+    }
+}
+
+/// Calls one connection nobody has vouched for may have open at once
+/// (its first call carrying a token needs one; a probe, one).
+pub const STRANGER_STREAMS: usize = 4;
+/// Calls open at once over all the connections one session vouched for.
+pub const SESSION_STREAMS: usize = 256;
+
+/// One open call's place (see [`Admission::open_stream`]), given back
+/// when dropped.
+#[derive(Debug)]
+pub struct StreamPlace {
+    admission: Admission,
+    session: Option<String>,
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        self.admission.ticket.streams.fetch_sub(1, Ordering::AcqRel);
+        if let Some(s) = &self.session {
+            let mut state = self.admission.gate.state();
+            if let Some(n) = state.session_streams.get_mut(s) {
+                *n -= 1;
+                if *n == 0 {
+                    state.session_streams.remove(s);
+                }
+            }
+        }
+    }
 }
 
 /// A connection the gate admitted: reads and writes fail once the gate
@@ -360,6 +432,7 @@ impl<IO> Drop for Guarded<IO> {
         let ticket = &self.admission.ticket;
         let mut state = self.admission.gate.state();
         state.open = state.open.saturating_sub(1);
+        state.closed_since_trim += 1;
         state.unvouched.remove(&ticket.id);
         state.disown(ticket);
     }
@@ -450,13 +523,25 @@ impl Accept for tokio::net::UnixListener {
 /// First and longest pause after a failed accept.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
 
-/// How often a gate that watches sessions demotes dead sessions'
-/// connections.
+/// How often the accept loop demotes dead sessions' connections and,
+/// after connections closed, gives freed memory back.
 const SWEEP: Duration = Duration::from_secs(1);
 
+/// Hands the allocator's free memory back to the system. What a closed
+/// connection freed (its streams, its buffers) otherwise stays in the
+/// allocator's arenas: a stranger's burst of streams would leave the
+/// service gigabytes larger after its connections are gone.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free pages of the allocator.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The connections `gate` admits from `listener`, as a stream; the accept
-/// loop stops when the stream is dropped. A gate that watches sessions is
-/// swept every [`SWEEP`].
+/// loop stops when the stream is dropped. Every [`SWEEP`], dead sessions'
+/// connections are demoted, and memory is given back after closes.
 pub fn incoming<L: Accept>(listener: L, gate: Gate) -> Incoming<L::Io> {
     let (tx, rx) = mpsc::channel(16);
     let task = tokio::spawn(async move {
@@ -466,8 +551,11 @@ pub fn incoming<L: Accept>(listener: L, gate: Gate) -> Incoming<L::Io> {
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
-                _ = sweep.tick(), if gate.watches() => {
+                _ = sweep.tick() => {
                     gate.sweep();
+                    if gate.any_closed() {
+                        give_back_memory();
+                    }
                     continue;
                 }
             };

@@ -70,6 +70,14 @@ pub enum Error {
     /// The call carried no valid bearer token.
     #[error("missing or wrong bearer token")]
     Unauthenticated,
+    /// The caller holds its bound of calls open at once.
+    #[error("{max} calls are open on this {whose}")]
+    TooManyStreams {
+        /// The bound.
+        max: usize,
+        /// Whose bound it is.
+        whose: &'static str,
+    },
     /// The transport refused the call before any handler saw it (a request
     /// that does not decode, a message past the size limit, an unknown
     /// method).
@@ -159,6 +167,7 @@ pub mod reason {
     pub const PROCESS_NOT_FOUND: &str = "PROCESS_NOT_FOUND";
     pub const TOO_MANY_PROCESSES: &str = "TOO_MANY_PROCESSES";
     pub const TOO_MANY_READERS: &str = "TOO_MANY_READERS";
+    pub const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
     pub const READER_STALLED: &str = "READER_STALLED";
     pub const PROCESS_ENDED: &str = "PROCESS_ENDED";
     pub const PROCESS_INPUT_CLOSED: &str = "PROCESS_INPUT_CLOSED";
@@ -256,6 +265,16 @@ pub fn describe(err: &Error) -> Described {
                  `authorization: Bearer <token>` header with the token the operator configured."
                 .to_string(),
             &[],
+        ),
+        Error::TooManyStreams { max, whose } => status(
+            Code::ResourceExhausted,
+            reason::TOO_MANY_STREAMS,
+            format!(
+                "This {whose} already has {max} calls open at once (streams not read to their end \
+                 hold their place). Nothing was run or changed. Read or cancel the calls you \
+                 have open, then retry."
+            ),
+            &[("max", max.to_string())],
         ),
         Error::Transport { code, message } => transport_status(*code, message),
     }

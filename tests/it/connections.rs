@@ -358,6 +358,103 @@ async fn connections_of_closed_sessions_keep_no_one_out() {
     local.stop().await.unwrap();
 }
 
+/// `n` health Watch streams on `channel` (with `token`, if any), opened
+/// at once and never read: how many were answered, and how many refused
+/// with TOO_MANY_STREAMS (the streams are returned, held open).
+async fn watches(
+    channel: &tonic::transport::Channel,
+    token: Option<&str>,
+    n: usize,
+) -> (
+    Vec<tonic::Streaming<tonic_health::pb::HealthCheckResponse>>,
+    usize,
+) {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let calls = (0..n).map(|_| {
+        let mut health = HealthClient::new(channel.clone());
+        let req = match token {
+            Some(t) => with(t, HealthCheckRequest::default()),
+            None => tonic::Request::new(HealthCheckRequest::default()),
+        };
+        async move { health.watch(req).await }
+    });
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for answer in futures_util::future::join_all(calls).await {
+        match answer {
+            Ok(stream) => open.push(stream.into_inner()),
+            Err(e) => {
+                assert_eq!(crate::common::reason(&e), "TOO_MANY_STREAMS", "{e:?}");
+                refused += 1;
+            }
+        }
+    }
+    (open, refused)
+}
+
+/// The red team's finding: a caller with no token opened hundreds of
+/// thousands of health Watch streams, never read. A connection nobody has
+/// vouched for holds 4 calls at once; a session's connections hold 256
+/// together; past them a call is refused at once, and a place comes back
+/// when its call ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_calls_are_bounded_per_stranger_and_per_session() {
+    let local = service(ConnectionLimits::default(), |_| {}).await;
+    let url = format!("http://{}", local.addr);
+    let connect = || async {
+        tonic::transport::Endpoint::try_from(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    };
+    let stranger = connect().await;
+    let (held, refused) = watches(&stranger, None, 100).await;
+    assert_eq!((held.len(), refused), (4, 96));
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (held, _) = watches(&stranger, None, 4).await;
+    assert_eq!(held.len(), 4, "the places came back");
+    drop(held);
+
+    let s = local
+        .client
+        .clone()
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let channel = connect().await;
+        SandboxClient::new(channel.clone())
+            .get_session(with(
+                &s.session_token,
+                pb::GetSessionRequest {
+                    session_id: s.session_id.clone(),
+                },
+            ))
+            .await
+            .unwrap();
+        conns.push(channel);
+    }
+    let (a, refused_a) = watches(&conns[0], Some(&s.session_token), 120).await;
+    let (b, refused_b) = watches(&conns[1], Some(&s.session_token), 120).await;
+    assert_eq!((refused_a, refused_b), (0, 0));
+    let (c, refused_c) = watches(&conns[2], Some(&s.session_token), 40).await;
+    assert_eq!(
+        (c.len(), refused_c),
+        (16, 24),
+        "256 over the session's connections"
+    );
+    // The operator is not held by a session's bound.
+    let operator = connect().await;
+    let (op, refused_op) = watches(&operator, local.token.as_deref(), 20).await;
+    assert_eq!((op.len(), refused_op), (20, 0));
+    drop((a, b, c, op));
+    local.stop().await.unwrap();
+}
+
 /// The metrics listener: idle strangers and a slow request do not keep a
 /// scrape out, and are closed at its read deadline (5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

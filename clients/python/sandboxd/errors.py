@@ -478,6 +478,10 @@ class TooManyProcesses(ProcessRefused, reason="TOO_MANY_PROCESSES"):
     """The session runs its limit of processes (the message names them): stop one first."""
 
 
+class TooManyStreams(LimitRefused, reason="TOO_MANY_STREAMS"):
+    """The caller holds its limit of calls open at once: read or cancel some first."""
+
+
 class TooManyReaders(ProcessRefused, reason="TOO_MANY_READERS"):
     """The session (or the service) has its limit of open output streams: close one first."""
 

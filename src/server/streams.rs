@@ -1,0 +1,135 @@
+//! How many calls (HTTP/2 streams) a caller may hold open at once. Every
+//! call holds memory in the service until it ends (its request, its
+//! handler, its queued replies), and a caller that never reads its
+//! replies keeps them all. The transport advertises [`PER_CONNECTION`]
+//! streams per connection; this layer bounds, below that, a connection
+//! nobody has vouched for and every session's connections together (see
+//! [`Admission::open_stream`]), answering TOO_MANY_STREAMS past them at
+//! once, before any handler runs. A call's place comes back when its reply
+//! ends or is dropped (the caller reset it or its connection closed).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::codegen::http;
+
+use super::BearerAuth;
+use super::listener::{Admission, StreamPlace};
+
+/// Streams one connection may open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`).
+pub const PER_CONNECTION: u32 = 128;
+
+/// The layer that bounds open calls. A call carrying a valid token
+/// vouches for its connection here, before it is counted: a client's
+/// first calls, sent together on a new connection, are never counted as
+/// a stranger's.
+#[derive(Clone)]
+pub struct StreamBudgetLayer {
+    auth: BearerAuth,
+}
+
+impl StreamBudgetLayer {
+    /// The layer, with `auth` telling valid tokens.
+    pub fn new(auth: BearerAuth) -> StreamBudgetLayer {
+        StreamBudgetLayer { auth }
+    }
+}
+
+impl<S> tower::Layer<S> for StreamBudgetLayer {
+    type Service = StreamBudget<S>;
+
+    fn layer(&self, inner: S) -> StreamBudget<S> {
+        StreamBudget {
+            inner,
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+/// A service whose calls each hold a place while open.
+#[derive(Clone)]
+pub struct StreamBudget<S> {
+    inner: S,
+    auth: BearerAuth,
+}
+
+type Answer<E> = Pin<Box<dyn Future<Output = Result<http::Response<Body>, E>> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for StreamBudget<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = S::Error;
+    type Future = Answer<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Answer<S::Error> {
+        let admission = req.extensions().get::<Admission>();
+        if let Some(admission) = admission.filter(|a| !a.vouched()) {
+            let given = req
+                .headers()
+                .get("authorization")
+                .map(|v| v.as_bytes())
+                .unwrap_or_default();
+            if let Some((caller, _)) = self.auth.caller(given) {
+                super::vouch_for(admission, &caller);
+            }
+        }
+        let place = match admission.map(Admission::open_stream) {
+            None => None,
+            Some(Ok(place)) => Some(place),
+            Some(Err((max, whose))) => {
+                let refused =
+                    tonic::Status::from(crate::error::Error::TooManyStreams { max, whose });
+                return Box::pin(std::future::ready(Ok(refused.into_http())));
+            }
+        };
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let res = answer.await?;
+            Ok(match place {
+                None => res,
+                Some(place) => res.map(|body| {
+                    Body::new(Held {
+                        body,
+                        _place: place,
+                    })
+                }),
+            })
+        })
+    }
+}
+
+/// A reply body that holds its call's place until it ends or is dropped.
+struct Held {
+    body: Body,
+    _place: StreamPlace,
+}
+
+impl http_body::Body for Held {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, tonic::Status>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
