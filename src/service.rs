@@ -112,8 +112,11 @@ impl Sandbox for SandboxService {
         let caller = caller(&req);
         let r = req.into_inner();
         let session = self.registry.get(&caller, &r.session_id)?;
-        let out = session.read_file(&r.path, r.offset, r.limit).await?;
-        Ok(Response::new(out.into()))
+        let (out, held) = session.read_file_reply(&r.path, r.offset, r.limit).await?;
+        let mut reply = Response::new(out.into());
+        // Given back once the transport sent or dropped the reply.
+        reply.extensions_mut().insert(held);
+        Ok(reply)
     }
 
     async fn create_file(

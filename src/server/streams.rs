@@ -17,6 +17,7 @@ use tonic::codegen::http;
 
 use super::BearerAuth;
 use super::listener::{Admission, StreamPlace};
+use crate::session::ReplyBytes;
 
 /// Streams one connection may open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`).
 pub const PER_CONNECTION: u32 = 128;
@@ -94,13 +95,17 @@ where
         };
         let answer = self.inner.call(req);
         Box::pin(async move {
-            let res = answer.await?;
+            let mut res = answer.await?;
+            // A reply's reservation of its session's budget, put there by
+            // its handler, is held with the body too.
+            let bytes = res.extensions_mut().remove::<ReplyBytes>();
             Ok(match place {
-                None => res,
-                Some(place) => res.map(|body| {
+                None if bytes.is_none() => res,
+                place => res.map(|body| {
                     Body::new(Held {
                         body,
                         _place: place,
+                        _bytes: bytes,
                     })
                 }),
             })
@@ -108,10 +113,12 @@ where
     }
 }
 
-/// A reply body that holds its call's place until it ends or is dropped.
+/// A reply body that holds its call's place (and its reservation of
+/// unread reply bytes) until it ends or is dropped.
 struct Held {
     body: Body,
-    _place: StreamPlace,
+    _place: Option<StreamPlace>,
+    _bytes: Option<ReplyBytes>,
 }
 
 impl http_body::Body for Held {

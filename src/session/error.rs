@@ -151,6 +151,15 @@ pub enum Error {
         /// "session" or "service".
         of: &'static str,
     },
+    /// The session's earlier replies are not read, and its budget of
+    /// unread replies stayed spent.
+    #[error("{budget} bytes of replies are not read yet")]
+    RepliesUnread {
+        /// The budget.
+        budget: usize,
+        /// How long the reply waited.
+        secs: u64,
+    },
     /// The reader did not come back for output it was given.
     #[error("the reader did not read for {secs} s; its place was taken")]
     ReaderStalled {

@@ -168,6 +168,7 @@ pub mod reason {
     pub const TOO_MANY_PROCESSES: &str = "TOO_MANY_PROCESSES";
     pub const TOO_MANY_READERS: &str = "TOO_MANY_READERS";
     pub const TOO_MANY_STREAMS: &str = "TOO_MANY_STREAMS";
+    pub const REPLIES_UNREAD: &str = "REPLIES_UNREAD";
     pub const READER_STALLED: &str = "READER_STALLED";
     pub const PROCESS_ENDED: &str = "PROCESS_ENDED";
     pub const PROCESS_INPUT_CLOSED: &str = "PROCESS_INPUT_CLOSED";

@@ -55,6 +55,8 @@ pub struct Session {
     /// Readers of its processes' output now: a session with one is never
     /// idle either.
     pub(super) readers: super::processes::Readers,
+    /// Its budget of replies not yet taken by its caller.
+    pub(super) replies: super::replies::Replies,
     /// Its long-running processes.
     pub(super) processes: super::process_table::Processes,
     /// Its commands as viewers see them.
@@ -197,6 +199,26 @@ impl Session {
         self.journaled("ResetSandbox", "", started, result, |r| {
             r.container_id.clone()
         })
+    }
+
+    /// ReadFile, with the reply's reservation of the session's budget of
+    /// unread replies (see `replies`): hold it until the reply is sent or
+    /// dropped. A read that finds the budget spent does not hold its
+    /// content while it waits: it reads again once it has its share.
+    pub async fn read_file_reply(
+        &self,
+        path: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(ReadOutput, super::ReplyBytes), failure::Error> {
+        let out = self.read_file(path, offset, limit).await?;
+        if let Some(held) = self.replies.try_reserve(out.content.len()) {
+            return Ok((out, held));
+        }
+        let bytes = out.content.len();
+        drop(out);
+        let held = self.replies.reserve(bytes).await?;
+        Ok((self.read_file(path, offset, limit).await?, held))
     }
 
     /// ReadFile.

@@ -455,6 +455,103 @@ async fn open_calls_are_bounded_per_stranger_and_per_session() {
     local.stop().await.unwrap();
 }
 
+/// The red team's second finding: a session's holder left thousands of
+/// ReadFile replies unread (a zero flow-control window), and each was kept
+/// whole. Unread replies spend the session's budget (32 MiB, 128 replies
+/// of ReadFile's 256 KiB); past it, a read waits, then is refused
+/// (REPLIES_UNREAD), and the budget comes back once the unread replies are
+/// dropped with their connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_replies_spend_a_bounded_budget() {
+    let local = service(ConnectionLimits::default(), |_| {}).await;
+    let url = format!("http://{}", local.addr);
+    let mut admin = local.client.clone();
+    let s = admin
+        .create_session(pb::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    // Lines of 1 KiB: a read returns 256 KiB of them.
+    let line = format!("{}\n", "x".repeat(1023));
+    admin
+        .create_file(pb::CreateFileRequest {
+            session_id: s.session_id.clone(),
+            path: "big.txt".into(),
+            content: line.repeat(1024),
+        })
+        .await
+        .unwrap();
+    let read = || {
+        with(
+            &s.session_token,
+            pb::ReadFileRequest {
+                session_id: s.session_id.clone(),
+                path: "big.txt".into(),
+                limit: 1024,
+                ..Default::default()
+            },
+        )
+    };
+    // Two connections that never read a reply, 70 reads each.
+    let mut deaf = Vec::new();
+    let mut unread = Vec::new();
+    for _ in 0..2 {
+        let channel = tonic::transport::Endpoint::try_from(url.clone())
+            .unwrap()
+            .initial_stream_window_size(0)
+            .connect()
+            .await
+            .unwrap();
+        for _ in 0..70 {
+            let mut c = SandboxClient::new(channel.clone());
+            let req = read();
+            unread.push(tokio::spawn(async move { c.read_file(req).await.is_ok() }));
+        }
+        deaf.push(channel);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut reader = fresh_client(local.addr).await;
+    let t = Instant::now();
+    match reader.read_file(read()).await {
+        Ok(_) => panic!("a read past the budget was answered"),
+        Err(e) => assert_eq!(
+            crate::common::reason(&e),
+            "REPLIES_UNREAD",
+            "{}",
+            e.message()
+        ),
+    }
+    assert!(
+        t.elapsed() >= Duration::from_secs(5),
+        "it waited first: {:?}",
+        t.elapsed()
+    );
+    // The unread replies go with their connections; the budget comes back.
+    for call in unread {
+        call.abort();
+    }
+    drop(deaf);
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        match reader.read_file(read()).await {
+            Ok(r) => {
+                assert_eq!(r.into_inner().content.len(), 256 << 10);
+                break;
+            }
+            Err(e) if Instant::now() < until => {
+                assert_eq!(
+                    crate::common::reason(&e),
+                    "REPLIES_UNREAD",
+                    "{}",
+                    e.message()
+                );
+            }
+            Err(e) => panic!("the budget did not come back: {}", e.message()),
+        }
+    }
+    local.stop().await.unwrap();
+}
+
 /// The metrics listener: idle strangers and a slow request do not keep a
 /// scrape out, and are closed at its read deadline (5 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -482,6 +482,10 @@ class TooManyStreams(LimitRefused, reason="TOO_MANY_STREAMS"):
     """The caller holds its limit of calls open at once: read or cancel some first."""
 
 
+class RepliesUnread(LimitRefused, reason="REPLIES_UNREAD"):
+    """The session's earlier replies are not read and hold its budget: read or cancel them first."""
+
+
 class TooManyReaders(ProcessRefused, reason="TOO_MANY_READERS"):
     """The session (or the service) has its limit of open output streams: close one first."""
 

@@ -13,6 +13,7 @@ use sandboxd::session::defaults;
 
 use super::AnyError;
 
+mod attacks;
 mod calls;
 mod concurrency;
 mod durability;
@@ -70,9 +71,11 @@ pub struct BenchArgs {
     /// workload (the more-itertools test suite in a session and on the
     /// host) and gvisor (RunCommand under runsc against the spawn floor in
     /// a runsc container; installs and registers runsc like `serve
-    /// --container-runtime runsc`). Their rows replace the rows of the same figures in --out;
+    /// --container-runtime runsc`) and attacks (what tokenless Watch
+    /// streams, unread replies and waiting uploads make a service of its
+    /// own hold: its memory before, at peak, after). Their rows replace the rows of the same figures in --out;
     /// the others stay.
-    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view", "processes", "scale", "peer", "workload", "gvisor"])]
+    #[arg(long, value_parser = ["round-trip", "session-start", "edits", "flood", "concurrency", "environments", "workspaces", "durability", "web-view", "processes", "scale", "peer", "workload", "gvisor", "attacks"])]
     only: Vec<String>,
 }
 
@@ -213,6 +216,9 @@ pub async fn run(args: BenchArgs) -> Result<ExitCode, AnyError> {
         }
         if named("gvisor") {
             gvisor::figure(&docker, args.samples, &mut rows, &mut sections).await?;
+        }
+        if named("attacks") {
+            attacks::figures(&mut rows).await?;
         }
         if named("workload") {
             settle().await;

@@ -116,6 +116,17 @@ pub(super) fn session_status(err: &session::Error) -> Described {
         S::TooManyProcesses { max, running } => process::too_many(*max, running),
         S::TooManyReaders { max, of } => process::too_many_readers(*max, of),
         S::ReaderStalled { secs } => process::reader_stalled(*secs),
+        S::RepliesUnread { budget, secs } => status(
+            Code::ResourceExhausted,
+            reason::REPLIES_UNREAD,
+            format!(
+                "This session's replies not yet read by its caller hold {} MiB, its budget, and \
+                 none was taken for {secs} s. Nothing was read or changed. Read the replies of \
+                 the calls you have open (or cancel them), then retry.",
+                budget >> 20
+            ),
+            &[("budget_bytes", budget.to_string())],
+        ),
         S::ProcessEnded { id, how } => process::ended(id, how),
         S::ProcessInputClosed { id, never_opened } => process::input_closed(id, *never_opened),
         S::ProcessNotReading { id, written, why } => process::not_reading(id, *written, why),

@@ -286,6 +286,7 @@ impl Registry {
             volume: Mutex::new(Some(volume)),
             running: AtomicUsize::new(0),
             readers: Default::default(),
+            replies: Default::default(),
             processes: Default::default(),
             watch: Default::default(),
             ttl,
