@@ -45,6 +45,7 @@ import struct
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
@@ -300,6 +301,8 @@ class Relay:
         self._listener.bind(self.path)
         self._listener.listen(16)
         self._closed = False
+        # A client never closed leaves no directory behind.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         threading.Thread(target=self._accept, name="sandboxd-relay", daemon=True).start()
 
     @property
@@ -356,6 +359,8 @@ class Relay:
                     break
                 time.sleep(0.01)
         except OSError:
+            # Nobody took the port: not a stranger's refusal.
+            self.refusal = None
             upstream.close()
             raise
         if owner not in self.owners:
@@ -414,7 +419,7 @@ class Relay:
             except OSError:
                 pass
         self._listener.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._cleanup()
 
 
 def relay_for(addr: str, *, found: bool, token: Optional[FoundToken]) -> Optional[Relay]:

@@ -5,7 +5,7 @@
 //! `SESSION_TOKEN_PREFIX` and `secret::random_hex`) and refused otherwise:
 //! a fake or hostile service could put `'`, `$(...)`, backquotes or a
 //! newline in them, and the shell would run them. Every value is also
-//! single-quoted, so that even a form widened later cannot run anything.
+//! shell-quoted, so that even a form widened later cannot run anything.
 
 use sandboxd::pb;
 
@@ -68,9 +68,15 @@ fn is_lower_hex(b: u8) -> bool {
     b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
 }
 
-/// `value` in single quotes, for a POSIX shell: nothing inside is special
-/// but the quote itself, written `'\''`.
+/// `value` as one word for a POSIX shell, as Python's `shlex.quote` makes
+/// it: bare when every character is one no shell treats specially (so the
+/// lines scripts already read stay as they were), else in single quotes,
+/// inside which nothing is special but the quote itself, written `'\''`.
 fn quoted(value: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c);
+    if !value.is_empty() && value.chars().all(safe) {
+        return value.to_string();
+    }
     format!("'{}'", value.replace('\'', r"'\''"))
 }
 
@@ -97,13 +103,13 @@ mod tests {
         assert_eq!(
             lines(&session(ID, &token())).unwrap(),
             format!(
-                "export SANDBOXD_SESSION='{ID}'\nexport SANDBOXD_SESSION_TOKEN='{}'\n",
+                "export SANDBOXD_SESSION={ID}\nexport SANDBOXD_SESSION_TOKEN={}\n",
                 token()
             )
         );
         assert_eq!(
             lines(&session(ID, "")).unwrap(),
-            format!("export SANDBOXD_SESSION='{ID}'\nunset SANDBOXD_SESSION_TOKEN\n")
+            format!("export SANDBOXD_SESSION={ID}\nunset SANDBOXD_SESSION_TOKEN\n")
         );
     }
 
@@ -144,6 +150,8 @@ mod tests {
     #[test]
     fn quoting_holds_whatever_the_value() {
         assert_eq!(quoted("a'b"), r"'a'\''b'");
+        assert_eq!(quoted("sbxs_0f"), "sbxs_0f");
+        assert_eq!(quoted(""), "''");
         let dir = tempfile::tempdir().unwrap();
         let marker = dir.path().join("marker");
         let m = marker.display();
@@ -153,6 +161,11 @@ mod tests {
             format!("`touch {m}`"),
             format!("a\ntouch {m}\n"),
             format!("'\\''$(touch {m})"),
+            format!("a;touch {m}"),
+            format!("a b|touch {m}&"),
+            "~root".to_string(),
+            "*".to_string(),
+            String::new(),
         ] {
             let script = format!("export V={}\nprintf %s \"$V\"", quoted(&hostile));
             let out = std::process::Command::new("sh")
