@@ -14,6 +14,9 @@ use super::AnyError;
 
 mod call;
 mod discover;
+mod export;
+#[cfg(test)]
+mod fake;
 mod spec;
 
 pub use call::run;
@@ -59,11 +62,12 @@ pub struct Target {
 }
 
 impl Target {
-    /// The address the client verbs call: the one given, else the service
-    /// found on this machine (see `discover`).
-    pub async fn addr(&self) -> String {
+    /// The service the client verbs call: the one given, else the one
+    /// found on this machine, trusted only as the user's own or root's
+    /// (see `discover`).
+    pub async fn service(&self) -> discover::Service {
         match &self.addr {
-            Some(addr) => addr.clone(),
+            Some(addr) => discover::Service::given(addr),
             None => discover::find().await,
         }
     }
@@ -106,6 +110,11 @@ pub enum Verb {
             defaults::OUTPUT_CAP
         ))]
         cap: u64,
+        /// Write the command's output exactly as it comes, also to a
+        /// terminal (by default a terminal is shown its control characters,
+        /// not sent them; a pipe or file always gets the exact bytes).
+        #[arg(long)]
+        raw: bool,
         /// The command (joined with spaces, run by /bin/sh -c).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,

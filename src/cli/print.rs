@@ -288,8 +288,12 @@ pub fn session(con: &mut Console<impl Write, impl Write>, s: &pb::Session) {
     if let Some(plan) = &s.plan {
         approved_plan(con, plan);
     }
+    // A note is one line of its own, whatever the service put in it.
     for note in &s.notes {
-        con.out(format_args!("note      {note}\n"));
+        con.out(format_args!(
+            "note      {}\n",
+            sandboxd::text::one_line(note)
+        ));
     }
 }
 
@@ -613,5 +617,21 @@ mod report_tests {
             out.contains("not checked: the workspace could not be read"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_hostile_services_session_reaches_a_terminal_neutralised() {
+        let s = pb::Session {
+            session_id: "id\x1b]0;title\x07".into(),
+            workspace_path: "/w/\x1b]52;c;cm0=\x07".into(),
+            notes: vec!["n1\x1b[2J\nsandbox   ok".into()],
+            sandbox_status: "\x1b[1A\x1b[2K".into(),
+            ..Default::default()
+        };
+        let mut con = Console::new(Vec::new(), true, Vec::new(), true);
+        session(&mut con, &s);
+        let out = String::from_utf8(con.into_writers().0).unwrap();
+        assert!(!out.contains('\x1b'), "{out}");
+        assert!(out.contains("note      n1^[[2J\\nsandbox   ok\n"), "{out}");
     }
 }

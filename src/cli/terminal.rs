@@ -163,6 +163,21 @@ impl<O: Write, E: Write> Console<O, E> {
         }
     }
 
+    /// Writes `text` to stdout exactly as it is, also to a terminal: for
+    /// output the user asked to have raw (`run --raw`).
+    pub fn out_exact(&mut self, text: &str) {
+        self.erase_live();
+        write_exact(&mut self.out, &mut self.at_line_start, text);
+    }
+
+    /// Writes `text` to stderr exactly as it is, also to a terminal, after
+    /// what stdout holds (see [`Console::out_exact`]).
+    pub fn err_exact(&mut self, text: &str) {
+        self.erase_live();
+        self.out.flush();
+        write_exact(&mut self.err, &mut self.at_line_start, text);
+    }
+
     /// Prints to stderr, like `eprint!`, after what stdout holds so the
     /// two stay in order on a shared terminal.
     pub fn err(&mut self, args: fmt::Arguments<'_>) {
@@ -204,6 +219,20 @@ impl<O: Write, E: Write> Console<O, E> {
             Some(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// Writes `text` to `stream` unchanged, terminal or not, keeping track of
+/// the terminal's line start.
+fn write_exact<W: Write>(stream: &mut Stream<W>, at_line_start: &mut bool, text: &str) {
+    if stream.failed.is_some() || text.is_empty() {
+        return;
+    }
+    if let Err(e) = stream.writer.write_all(text.as_bytes()) {
+        stream.failed = Some(e);
+    }
+    if stream.terminal {
+        *at_line_start = text.ends_with('\n');
     }
 }
 
@@ -458,6 +487,20 @@ mod tests {
         con.err(format_args!("partial\x1b[1A"));
         con.status(format_args!("[exit 0 in 1 ms]"));
         assert_eq!(text(&con.err.writer), "partial\x1b[1A[exit 0 in 1 ms]\n");
+    }
+
+    #[test]
+    fn exact_writes_reach_a_terminal_unchanged_and_status_still_starts_a_line() {
+        let hostile = "a\x1b]52;c;b3duZWQ=\x07b\x1b[2J";
+        let mut con = console(true, true);
+        con.out_exact(hostile);
+        con.err_exact(hostile);
+        con.status(format_args!("[exit 0 in 1 ms]"));
+        assert_eq!(text(&con.out.writer), hostile);
+        assert_eq!(
+            text(&con.err.writer),
+            format!("{hostile}\n[exit 0 in 1 ms]\n")
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 use sandboxd::session::defaults;
 
+use super::connect::listener_owner;
 use super::{AnyError, SERVICE_NAME_ENV};
 
 /// The file where `serve` writes the token it made.
@@ -41,6 +42,19 @@ pub fn make_token(
     Ok(token)
 }
 
+/// A token read from a service's state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalToken {
+    /// The token.
+    pub token: String,
+    /// The uid owning the token file: its service's. The token is for a
+    /// listener of that uid only, on every connection (see
+    /// `connect::Trust::carrying_token_of`).
+    pub owner: u32,
+    /// The state directory it was read from.
+    pub dir: std::path::PathBuf,
+}
+
 /// The token a service on this machine made (see [`make_token`]): first
 /// this user's own service's, then the system service's where this user
 /// may read it. It is sent only to the exact address that service
@@ -48,6 +62,11 @@ pub fn make_token(
 /// never to another port, another host, or a port someone else took after
 /// the service stopped.
 pub fn local_token(addr: &str) -> Option<String> {
+    found_token(addr).map(|t| t.token)
+}
+
+/// [`local_token`] with the owner and directory it comes from.
+pub fn found_token(addr: &str) -> Option<LocalToken> {
     let service = std::env::var(SERVICE_NAME_ENV).unwrap_or_else(|_| defaults::SERVICE_NAME.into());
     let own = sandboxd::state::StateDir::default_path(&service);
     let system = std::path::Path::new(SYSTEM_STATE_ROOT).join(&service);
@@ -56,12 +75,12 @@ pub fn local_token(addr: &str) -> Option<String> {
 
 /// The token of the first of the state directories `dirs` that holds one
 /// for `addr` (see [`local_token_in`]).
-fn first_token(dirs: &[std::path::PathBuf], addr: &str) -> Option<String> {
+fn first_token(dirs: &[std::path::PathBuf], addr: &str) -> Option<LocalToken> {
     dirs.iter().find_map(|dir| local_token_in(dir, addr))
 }
 
 /// [`local_token`] for the service whose state directory is `dir`.
-fn local_token_in(dir: &std::path::Path, addr: &str) -> Option<String> {
+fn local_token_in(dir: &std::path::Path, addr: &str) -> Option<LocalToken> {
     use std::os::unix::fs::MetadataExt;
     let uri: tonic::transport::Uri = addr.parse().ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
@@ -84,43 +103,11 @@ fn local_token_in(dir: &std::path::Path, addr: &str) -> Option<String> {
         return None;
     }
     let token = std::fs::read_to_string(file).ok()?.trim().to_string();
-    (!token.is_empty()).then_some(token)
-}
-
-/// The uid owning the TCP socket listening on `addr`, from the kernel's
-/// socket tables.
-fn listener_owner(addr: std::net::SocketAddr) -> Option<u32> {
-    // /proc/net/tcp* name an address as the hex of its bytes in memory
-    // (each 32-bit word in host order) and the port in big-endian hex.
-    let (table, want) = match addr.ip() {
-        std::net::IpAddr::V4(ip) => (
-            "/proc/net/tcp",
-            format!(
-                "{:08X}:{:04X}",
-                u32::from_ne_bytes(ip.octets()),
-                addr.port()
-            ),
-        ),
-        std::net::IpAddr::V6(ip) => {
-            let words: String = ip
-                .octets()
-                .chunks(4)
-                .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-                .collect();
-            ("/proc/net/tcp6", format!("{words}:{:04X}", addr.port()))
-        }
-    };
-    const LISTEN: &str = "0A";
-    std::fs::read_to_string(table)
-        .ok()?
-        .lines()
-        .skip(1)
-        .find_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&LISTEN))
-                .then(|| f.get(7)?.parse().ok())
-                .flatten()
-        })
+    (!token.is_empty()).then(|| LocalToken {
+        token,
+        owner,
+        dir: dir.to_path_buf(),
+    })
 }
 
 #[cfg(test)]
@@ -142,7 +129,9 @@ mod tests {
         let dir = state_for(addr);
         let url = |a: std::net::SocketAddr| format!("http://{a}");
         assert_eq!(
-            local_token_in(dir.path(), &url(addr)).as_deref(),
+            local_token_in(dir.path(), &url(addr))
+                .map(|t| t.token)
+                .as_deref(),
             Some("t0ken")
         );
         // Another port, even a listening one of ours: not sent.
@@ -178,26 +167,23 @@ mod tests {
         // The user's own service has none, or one for another address.
         let own = tempfile::tempdir().unwrap();
         let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
-        assert_eq!(first_token(&dirs, &url).as_deref(), Some("system"));
+        assert_eq!(
+            first_token(&dirs, &url).map(|t| t.token).as_deref(),
+            Some("system")
+        );
         let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let own = state_for(other.local_addr().unwrap());
         let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
-        assert_eq!(first_token(&dirs, &url).as_deref(), Some("system"));
+        assert_eq!(
+            first_token(&dirs, &url).map(|t| t.token).as_deref(),
+            Some("system")
+        );
         // The user's own, for this address, comes first.
         let own = state_for(addr);
         let dirs = [own.path().to_path_buf(), system.path().to_path_buf()];
-        assert_eq!(first_token(&dirs, &url).as_deref(), Some("t0ken"));
-    }
-
-    #[test]
-    fn listener_owners_are_read_from_the_kernel() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         assert_eq!(
-            listener_owner(addr),
-            Some(rustix::process::geteuid().as_raw())
+            first_token(&dirs, &url).map(|t| t.token).as_deref(),
+            Some("t0ken")
         );
-        drop(listener);
-        assert_eq!(listener_owner(addr), None);
     }
 }

@@ -72,7 +72,13 @@ def connect(
     ``authorization: Bearer <token>`` on every call. ``timeout`` is a
     deadline in seconds for each unary call (commands, builds and transfers
     have none). Nothing is sent until the first call (finding the service
-    only connects to local sockets to see that they answer).
+    only connects to local sockets to see that they answer). A loopback
+    address found rather than given is used only while the user's own or
+    root's service answers there, and a token found in a state directory
+    goes only to its owner's service: every connection is checked (see
+    :mod:`sandboxd.discover`), and a call that would reach another user's
+    listener raises :class:`sandboxd.discover.UntrustedService` with
+    nothing sent.
     """
     return Client(addr, token, ca_cert, timeout=timeout)
 
@@ -162,6 +168,37 @@ class _BearerToken(
         return continuation(self._details(d), requests)
 
 
+class _Vetted(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[type-arg,unused-ignore]
+):
+    """Refuses every call, before it is made, while a listener of an untrusted
+    user holds the relay's port (:class:`sandboxd.discover.UntrustedService`,
+    naming the port and the uid). The relay itself checks every connection;
+    this names the stranger at once instead of a failed connection."""
+
+    def __init__(self, relay: discover.Relay) -> None:
+        self._relay = relay
+
+    def intercept_unary_unary(self, continuation: Any, d: Any, request: Any) -> Any:
+        self._relay.check_listener()
+        return continuation(d, request)
+
+    def intercept_unary_stream(self, continuation: Any, d: Any, request: Any) -> Any:
+        self._relay.check_listener()
+        return continuation(d, request)
+
+    def intercept_stream_unary(self, continuation: Any, d: Any, requests: Any) -> Any:
+        self._relay.check_listener()
+        return continuation(d, requests)
+
+    def intercept_stream_stream(self, continuation: Any, d: Any, requests: Any) -> Any:
+        self._relay.check_listener()
+        return continuation(d, requests)
+
+
 def _ms(seconds: Optional[float], what: str) -> int:
     if seconds is None:
         return 0
@@ -196,11 +233,21 @@ class Client:
         *,
         timeout: Optional[float] = None,
     ) -> None:
-        self.addr: str = addr or os.environ.get("SANDBOXD_ADDR") or discover.address()
+        given = addr or os.environ.get("SANDBOXD_ADDR")
+        self.addr: str = given or discover.address()
+        found_token: Optional[discover.FoundToken] = None
         if token is None:
-            token = os.environ.get("SANDBOXD_TOKEN") or discover.local_token(self.addr)
+            token = os.environ.get("SANDBOXD_TOKEN")
+            if not token:
+                found_token = discover.found_token(self.addr)
+                token = found_token.token if found_token else None
         token = (token or "").strip() or None
         target, tls = _target(self.addr)
+        # A found address, or a token from a state directory, goes only to a
+        # trusted service, on every connection (see sandboxd.discover).
+        self._relay = discover.relay_for(self.addr, found=not given, token=found_token)
+        if self._relay is not None:
+            target, tls = f"unix:{self._relay.path}", False
         options = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -224,6 +271,8 @@ class Client:
         channel: grpc.Channel = self._channel
         if token is not None:
             channel = grpc.intercept_channel(channel, _BearerToken(token))
+        if self._relay is not None:
+            channel = grpc.intercept_channel(channel, _Vetted(self._relay))
         self._timeout = timeout
         #: The generated stub (raw protobuf messages, errors as grpc.RpcError);
         #: carries the token like every other call.
@@ -241,6 +290,8 @@ class Client:
     def close(self) -> None:
         """Closes the channel; running calls are cancelled."""
         self._channel.close()
+        if self._relay is not None:
+            self._relay.close()
 
     def _call(
         self,
@@ -252,7 +303,8 @@ class Client:
         try:
             return method(request, timeout=self._timeout if timeout is _DEFAULT else timeout, metadata=metadata)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            refused = self._relay.refused() if self._relay is not None else None
+            raise (refused or from_rpc_error(e)) from None
 
     # --- sessions -----------------------------------------------------------
 

@@ -1,7 +1,7 @@
 //! Running a client verb: connecting, making the verb's call and printing
 //! its result; a streamed `run` exits with the command's own code.
 
-use std::io::Read as _;
+use std::io::{Read as _, Write};
 use std::process::ExitCode;
 
 use sandboxd::pb;
@@ -11,7 +11,8 @@ use crate::cli::print::Stdio;
 use crate::cli::terminal::Console;
 use crate::cli::{AnyError, EXIT_FAILURE, connect, print, token};
 
-use super::{SessionCommand, Target, Verb};
+use super::discover::Service;
+use super::{SessionCommand, Target, Verb, export};
 
 /// Exit code of `run` when the command timed out (as timeout(1) exits).
 const EXIT_TIMED_OUT: u8 = 124;
@@ -22,17 +23,21 @@ const EXIT_TIMED_OUT: u8 = 124;
 const EXIT_UNKNOWN: u8 = 125;
 
 /// Runs one client verb against `target` (or the service found on this
-/// machine), printing through a [`Console`] over stdout and stderr. Without
-/// a token, the one a local service made for exactly that address is sent
+/// machine, if it is the user's own or root's), printing through a
+/// [`Console`] over stdout and stderr. Without a token, the one a local
+/// service made for exactly that address is sent, to that service alone
 /// (see `token`).
 pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<ExitCode, AnyError> {
-    let addr = target.addr().await;
-    let token = match verb.token_from_file()? {
-        Some(from_file) => Some(from_file),
-        None => token.or_else(|| token::local_token(&addr)),
+    let service = target.service().await;
+    let (token, service) = match verb.token_from_file()? {
+        Some(from_file) => (Some(from_file), service),
+        None => match token {
+            Some(given) => (Some(given), service),
+            None => with_local_token(service),
+        },
     };
     let mut con = Console::stdio();
-    let code = match call(target, &addr, token, verb, &mut con).await {
+    let code = match call(target, &service, token, verb, &mut con).await {
         Ok(code) => code,
         // Printed here, not by the caller: the error may echo what the
         // service sent, and it must start on a line of its own.
@@ -46,11 +51,24 @@ pub async fn run(target: Target, token: Option<String>, verb: Verb) -> Result<Ex
     Ok(code)
 }
 
+/// The token a local service made for `service`'s address, if any, and
+/// the service narrowed to that token's owner: the token goes to no other
+/// listener, on any connection.
+fn with_local_token(mut service: Service) -> (Option<String>, Service) {
+    match token::found_token(&service.addr) {
+        Some(found) => {
+            service.trust = service.trust.carrying_token_of(found.owner, &found.dir);
+            (Some(found.token), service)
+        }
+        None => (None, service),
+    }
+}
+
 /// Connects, makes the verb's call and prints its result; a refusal prints
 /// its reason and message.
 async fn call(
     target: Target,
-    addr: &str,
+    service: &Service,
     token: Option<String>,
     verb: Verb,
     con: &mut Stdio,
@@ -60,7 +78,7 @@ async fn call(
         (Some(own), true) => Some(own.clone()),
         _ => token,
     };
-    let mut c = connect::client(addr, target.ca_cert(), token).await?;
+    let mut c = connect::client(&service.addr, target.ca_cert(), token, &service.trust).await?;
     let session = target.session;
     let need_session = || {
         session
@@ -73,6 +91,7 @@ async fn call(
             timeout_ms,
             env,
             cap,
+            raw,
             command,
         } => {
             let req = pb::RunCommandRequest {
@@ -87,7 +106,7 @@ async fn call(
                 // repeat them.
                 output: pb::OutputMode::Chunks.into(),
             };
-            match run_streaming(&mut c, req, con).await {
+            match run_streaming(&mut c, req, raw, con).await {
                 Ok(code) => return Ok(code),
                 Err(status) => Err(status),
             }
@@ -98,26 +117,19 @@ async fn call(
             quiet,
             export,
             spec,
-        }) => c
-            .create_session(pb::CreateSessionRequest {
+        }) => {
+            let req = pb::CreateSessionRequest {
                 workspace_path: workspace.unwrap_or_default(),
                 ttl_seconds: ttl,
                 ..spec.request()
-            })
-            .await
-            .map(|r| {
-                let s = r.into_inner();
-                if quiet {
-                    con.out(format_args!("{}\n", s.session_id));
-                } else if export {
-                    con.out(format_args!(
-                        "export SANDBOXD_SESSION={}\nexport SANDBOXD_SESSION_TOKEN={}\n",
-                        s.session_id, s.session_token
-                    ));
-                } else {
-                    print::session(con, &s);
-                }
-            }),
+            };
+            let shown = match (quiet, export) {
+                (true, _) => Created::Id,
+                (_, true) => Created::Export,
+                _ => Created::Described,
+            };
+            create_session(&mut c, req, shown, con).await?
+        }
         Verb::Env(cmd) => crate::cli::env::call(&mut c, cmd, con).await,
         Verb::Process(verb) => {
             return crate::cli::process::call(&mut c, need_session()?, verb, con).await;
@@ -336,26 +348,71 @@ async fn call(
     match outcome {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(status) => {
-            print::refusal(con, &status);
+            // The channel reconnected to a service it does not trust: that,
+            // not the transport's words for it, is what happened.
+            match service.trust.refusal() {
+                Some(refused) => return Err(refused.into()),
+                None => print::refusal(con, &status),
+            }
             Ok(ExitCode::from(EXIT_FAILURE))
         }
     }
 }
 
+/// What `session create` prints of the new session.
+#[derive(Debug, Clone, Copy)]
+enum Created {
+    /// Its id alone (`--quiet`).
+    Id,
+    /// Shell lines for `eval` (`--export`).
+    Export,
+    /// Everything, for a person.
+    Described,
+}
+
+/// Creates a session and prints it as `shown` says. An id or token that
+/// is not of the service's own form is refused for `--quiet` and
+/// `--export` (see `export`), and nothing is printed on stdout.
+async fn create_session(
+    c: &mut Client,
+    req: pb::CreateSessionRequest,
+    shown: Created,
+    con: &mut Console<impl Write, impl Write>,
+) -> Result<Result<(), tonic::Status>, AnyError> {
+    let s = match c.create_session(req).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return Ok(Err(status)),
+    };
+    match shown {
+        Created::Id => con.out(format_args!("{}\n", export::checked_id(&s.session_id)?)),
+        Created::Export => con.out(format_args!("{}", export::lines(&s)?)),
+        Created::Described => print::session(con, &s),
+    }
+    Ok(Ok(()))
+}
+
 /// Streams a command's output live and returns the exit code to exit with.
+/// A terminal is shown the output's control characters rather than sent
+/// them, unless `raw`; a pipe or file gets it exactly either way.
 async fn run_streaming(
     c: &mut Client,
     req: pb::RunCommandRequest,
-    con: &mut Stdio,
+    raw: bool,
+    con: &mut Console<impl Write, impl Write>,
 ) -> Result<ExitCode, tonic::Status> {
     use pb::run_command_event::Event;
     let mut events = c.run_command(req).await?.into_inner();
     while let Some(ev) = events.message().await? {
         match ev.event {
             Some(Event::Stdout(chunk)) => {
-                con.out(format_args!("{}", chunk.data));
+                if raw {
+                    con.out_exact(&chunk.data);
+                } else {
+                    con.out(format_args!("{}", chunk.data));
+                }
                 con.flush();
             }
+            Some(Event::Stderr(chunk)) if raw => con.err_exact(&chunk.data),
             Some(Event::Stderr(chunk)) => con.err(format_args!("{}", chunk.data)),
             Some(Event::Exit(exit)) => {
                 print::exit(con, &exit);
@@ -379,3 +436,6 @@ async fn run_streaming(
         "the stream ended without an exit event",
     ))
 }
+
+#[cfg(test)]
+mod tests;

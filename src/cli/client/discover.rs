@@ -8,12 +8,20 @@
 //!    this user may connect to it (a member of its `--socket-group`);
 //! 3. the default loopback address, with the token `token::local_token`
 //!    finds for it.
+//!
+//! Whatever is found is trusted only as the user's own service or root's:
+//! the returned [`Trust`] makes every connection of the channel check the
+//! owner of the socket that accepted it (any local user can listen on a
+//! free loopback port, or on the fallback port while the user's service is
+//! down).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandboxd::session::defaults;
+
+use crate::cli::connect::Trust;
 
 /// The name of a user's private service socket in `$XDG_RUNTIME_DIR`.
 pub const PRIVATE_SOCKET: &str = "sandboxd.sock";
@@ -22,30 +30,72 @@ pub const SYSTEM_SOCKET: &str = "/run/sandboxd.sock";
 /// How long a socket may take to accept the probing connection.
 const PROBE: Duration = Duration::from_secs(2);
 
-/// The address of the service this user reaches on this machine.
-pub async fn find() -> String {
+/// The service a client verb calls, and whose it must be.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Its address.
+    pub addr: String,
+    /// Whose service may answer there.
+    pub trust: Trust,
+}
+
+impl Service {
+    /// The address the user gave: whoever answers there is the user's
+    /// choice.
+    pub fn given(addr: &str) -> Self {
+        Service {
+            addr: addr.to_string(),
+            trust: Trust::anyone(),
+        }
+    }
+}
+
+/// The service this user reaches on this machine.
+pub async fn find() -> Service {
     let runtime_dir = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|dir| dir.is_absolute());
-    find_in(runtime_dir.as_deref(), Path::new(SYSTEM_SOCKET)).await
+    find_in(
+        runtime_dir.as_deref(),
+        Path::new(SYSTEM_SOCKET),
+        defaults::ADDR,
+    )
+    .await
 }
 
-/// [`find`] with the user's runtime directory and the system socket given.
-async fn find_in(runtime_dir: Option<&Path>, system_socket: &Path) -> String {
+/// [`find`] with the user's runtime directory, the system socket and the
+/// loopback address to fall back to given.
+pub(super) async fn find_in(
+    runtime_dir: Option<&Path>,
+    system_socket: &Path,
+    fallback: &str,
+) -> Service {
+    let found = |addr: String| Service {
+        addr,
+        trust: Trust::own_or_root(format!(
+            "Start your own service (`sandboxd serve`), or point at the right one: --addr ADDR \
+             or SANDBOXD_ADDR, or XDG_RUNTIME_DIR (your service's socket is \
+             $XDG_RUNTIME_DIR/{PRIVATE_SOCKET}{})",
+            match runtime_dir {
+                Some(dir) => format!(", here {}", dir.join(PRIVATE_SOCKET).display()),
+                None => ", and XDG_RUNTIME_DIR is not set here".into(),
+            }
+        )),
+    };
     if let Some(dir) = runtime_dir {
         let own = dir.join(PRIVATE_SOCKET);
         if socket_owner(&own) == Some(rustix::process::geteuid().as_raw())
             && let Some(addr) = answering(&own).await
         {
-            return addr;
+            return found(addr);
         }
     }
     if socket_owner(system_socket).is_some()
         && let Some(addr) = answering(system_socket).await
     {
-        return addr;
+        return found(addr);
     }
-    defaults::ADDR.to_string()
+    found(fallback.to_string())
 }
 
 /// The owner of the socket at `path` (itself a socket, not a link to one).
@@ -67,6 +117,12 @@ mod tests {
 
     fn unix(path: &Path) -> String {
         format!("unix:{}", path.display())
+    }
+
+    async fn find_in(runtime_dir: Option<&Path>, system_socket: &Path) -> String {
+        super::find_in(runtime_dir, system_socket, defaults::ADDR)
+            .await
+            .addr
     }
 
     #[tokio::test]
