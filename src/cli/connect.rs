@@ -160,13 +160,9 @@ pub fn with_token(channel: Channel, token: &str) -> Result<Client, AnyError> {
 }
 
 /// Connects to `addr`: http://, https:// (trusting `ca_cert`, or the
-/// system's roots when none is given) or unix:/PATH, whoever answers.
-pub async fn connect(addr: &str, ca_cert: Option<&Path>) -> Result<Channel, AnyError> {
-    connect_trusting(addr, ca_cert, &Trust::anyone()).await
-}
-
-/// [`connect`], every connection of the channel checked by `trust`.
-async fn connect_trusting(
+/// system's roots when none is given) or unix:/PATH, every connection of
+/// the channel checked by `trust`.
+pub async fn connect_trusting(
     addr: &str,
     ca_cert: Option<&Path>,
     trust: &Trust,

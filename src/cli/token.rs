@@ -61,11 +61,7 @@ pub struct LocalToken {
 /// recorded, and only while a socket of the token's owner listens there:
 /// never to another port, another host, or a port someone else took after
 /// the service stopped.
-pub fn local_token(addr: &str) -> Option<String> {
-    found_token(addr).map(|t| t.token)
-}
-
-/// [`local_token`] with the owner and directory it comes from.
+/// It comes with the owner and the directory it was read from.
 pub fn found_token(addr: &str) -> Option<LocalToken> {
     let service = std::env::var(SERVICE_NAME_ENV).unwrap_or_else(|_| defaults::SERVICE_NAME.into());
     let own = sandboxd::state::StateDir::default_path(&service);

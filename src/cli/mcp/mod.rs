@@ -51,7 +51,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::client::{SessionSpec, Target};
-use super::{AnyError, token};
+use super::{AnyError, connect, token};
 use approval::Attendance;
 use tools::{Refused, Session};
 
@@ -99,10 +99,25 @@ pub async fn run(
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let remote = target.given_addr().map(|addr| open::Remote {
-        addr: addr.to_string(),
-        ca_cert: target.ca_cert().map(Path::to_path_buf),
-        token: token.or_else(|| token::local_token(addr)),
+    let remote = target.given_addr().map(|addr| {
+        // A token read from a state directory goes to its owner's service
+        // alone, on every connection; one the user gave goes where told.
+        let (token, trust) = match token {
+            Some(t) => (Some(t), connect::Trust::anyone()),
+            None => match token::found_token(addr) {
+                Some(found) => (
+                    Some(found.token),
+                    connect::Trust::anyone().carrying_token_of(found.owner, &found.dir),
+                ),
+                None => (None, connect::Trust::anyone()),
+            },
+        };
+        open::Remote {
+            addr: addr.to_string(),
+            ca_cert: target.ca_cert().map(Path::to_path_buf),
+            token,
+            trust,
+        }
     });
     let workspace = match (&remote, &args.workspace, args.fresh) {
         (_, _, true) | (Some(_), None, _) => None,

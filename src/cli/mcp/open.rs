@@ -59,6 +59,10 @@ pub struct Remote {
     pub ca_cert: Option<PathBuf>,
     /// The bridge's credential there.
     pub token: Option<String>,
+    /// Whose service its connections may reach (a token read from a
+    /// state directory goes to that directory's owner alone, on every
+    /// reconnection).
+    pub trust: connect::Trust,
 }
 
 /// Opens the session and tells the bridge, which waits for it.
@@ -158,10 +162,13 @@ async fn open_remote(
     workspace: Option<PathBuf>,
     attendance: watch::Receiver<Option<Attendance>>,
 ) -> (Backend, Result<Opened, Refused>) {
-    let channel = match connect::connect(&remote.addr, remote.ca_cert.as_deref()).await {
-        Ok(c) => c,
-        Err(e) => return (Backend::None, Err(unavailable(e))),
-    };
+    let channel =
+        match connect::connect_trusting(&remote.addr, remote.ca_cert.as_deref(), &remote.trust)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return (Backend::None, Err(unavailable(e))),
+        };
     let bearer = match sandboxd::local::Bearer::new(remote.token.as_deref()) {
         Some(b) => b,
         None => {
