@@ -323,6 +323,9 @@ impl<'a> Interactive<'a> {
             "[y] approve  [n] reject  [s] skip  [q] quit: "
         ));
         self.con.flush();
+        // Keys typed before this item was on screen were meant for another
+        // (a double `y`): they decide nothing here.
+        self.keys.discard_typed_ahead();
         loop {
             let key = self.keys.next().await;
             match key {
@@ -465,6 +468,13 @@ impl Keys {
             _ = self.hangup.recv() => None,
             _ = self.interrupt.recv() => None,
         }
+    }
+
+    /// Forgets every key typed so far and not yet read: what the terminal
+    /// still holds and what the reading thread already took.
+    fn discard_typed_ahead(&mut self) {
+        let _ = rustix::termios::tcflush(std::io::stdin(), rustix::termios::QueueSelector::IFlush);
+        while self.rx.try_recv().is_ok() {}
     }
 
     /// The next key; stdin's end or a signal to stop is `q`.

@@ -22,6 +22,9 @@
 //! - `command`: running a command in a session's container;
 //! - `gate`: a call an `ask` rule holds, waiting for a person;
 //! - `tools`: a session and its file tools, each call journaled;
+//! - `readers`: how many readers of process output a session and the
+//!   service have, and which one stalled;
+//! - `replies`: a session's budget of replies its caller has not read;
 //! - `failure`: every domain error rolled up, and the one table saying
 //!   what a caller is told about each (the journal records the same words);
 //! - `messages`: what callers ask and get back;
@@ -56,6 +59,7 @@ mod pool;
 mod prepare;
 mod process_table;
 mod processes;
+mod readers;
 mod records;
 mod registry;
 mod replies;

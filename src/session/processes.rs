@@ -5,9 +5,9 @@
 //! signals and stopping are in `control`.
 
 mod control;
-mod readers;
+mod output;
 
-pub use readers::{OutputStream, Readers};
+pub use output::OutputStream;
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

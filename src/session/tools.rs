@@ -54,7 +54,7 @@ pub struct Session {
     pub(super) running: AtomicUsize,
     /// Readers of its processes' output now: a session with one is never
     /// idle either.
-    pub(super) readers: super::processes::Readers,
+    pub(super) readers: super::readers::Readers,
     /// Its budget of replies not yet taken by its caller.
     pub(super) replies: super::replies::Replies,
     /// Its long-running processes.

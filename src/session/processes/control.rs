@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::output::{self, OutputStream};
 use super::parse_id;
-use super::readers::{self, OutputStream};
 use crate::sandbox::process::STOP_DEADLINE;
 use crate::sandbox::{KilledBy, ProcessSignal};
 use crate::session::error::Error;
@@ -101,7 +101,7 @@ impl Session {
                 };
                 OutputStream::open(self, futures_util::stream::iter([end]))
             }
-            Found::Live(live) => OutputStream::open(self, readers::pieces(live, from, follow)),
+            Found::Live(live) => OutputStream::open(self, output::pieces(live, from, follow)),
         });
         match &opened {
             Ok(_) => self

@@ -151,3 +151,97 @@ async fn the_cli_shows_decides_and_reports_rejections() {
     );
     srv.stop().await;
 }
+
+/// Type-ahead: in the interactive `sandboxd approvals`, a double `y` typed
+/// while the first item is on screen approves that item only. The second
+/// key was typed before the next item was shown, so it decides nothing,
+/// and that item waits for a key pressed once it is on screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_typed_before_an_item_is_shown_decide_nothing() {
+    use std::io::{Read, Write};
+    let srv = files_server(|_| {}).await;
+    let admin = As::new(&srv, ADMIN).await;
+    let approver = As::new(&srv, APPROVER).await;
+    approver.pending(0).await.unwrap();
+    let (id, token) = open(
+        &admin,
+        pb::CreateSessionRequest {
+            policy: Some(pb::Policy {
+                ask_writes: vec!["src/**".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let agent = As::new(&srv, &token).await;
+    let calls: Vec<_> = ["src/a.py", "src/b.py"]
+        .into_iter()
+        .map(|path| {
+            let mut c = agent.c();
+            let req = pb::CreateFileRequest {
+                session_id: id.clone(),
+                path: path.into(),
+                content: "x = 1\n".into(),
+            };
+            tokio::spawn(async move { c.create_file(req).await })
+        })
+        .collect();
+    while approver.pending(0).await.unwrap().len() < 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let line = format!(
+        "'{SANDBOXD}' --addr 'http://{}' --token '{APPROVER}' approvals",
+        srv.addr
+    );
+    let mut terminal = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("USER", "carol")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("util-linux `script` for a pseudo-terminal");
+    let mut keys = terminal.stdin.take().unwrap();
+    let mut screen = terminal.stdout.take().unwrap();
+    let shown = tokio::task::spawn_blocking(move || {
+        // Until the first prompt is on screen.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("[q] quit") {
+            let n = screen.read(&mut buf).unwrap();
+            assert!(
+                n > 0,
+                "the terminal closed: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+        keys.write_all(b"yy").unwrap();
+        keys.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        keys.write_all(b"q").unwrap();
+        keys.flush().unwrap();
+        let mut rest = Vec::new();
+        let _ = screen.read_to_end(&mut rest);
+        seen.extend_from_slice(&rest);
+        String::from_utf8_lossy(&seen).into_owned()
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::block_in_place(|| terminal.wait()).unwrap();
+    assert!(status.success(), "{shown}");
+    let waiting = approver.pending(0).await.unwrap();
+    assert_eq!(
+        waiting.len(),
+        1,
+        "one approved, one still waiting:\n{shown}"
+    );
+    assert_eq!(shown.matches("approve\r\n").count(), 1, "{shown}");
+    // The other call is still held; the approved one wrote its file.
+    let done: Vec<_> = calls.into_iter().filter(|c| c.is_finished()).collect();
+    assert_eq!(done.len(), 1, "{shown}");
+    approver
+        .decide(&waiting[0].approval_id, false, "")
+        .await
+        .unwrap();
+}

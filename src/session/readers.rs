@@ -1,5 +1,5 @@
 //! Readers of a session's process output (ReadProcessOutput), and what
-//! bounds them:
+//! bounds them (the readers themselves are in `processes`):
 //! - a session has at most [`PER_SESSION`] readers at once, the service
 //!   [`defaults::OUTPUT_READERS`] in all; past either, a
 //!   new reader is refused (TOO_MANY_READERS);
@@ -12,21 +12,15 @@
 //!
 //! While a session has a reader, it is in use (its idle timeout waits).
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures_util::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::session::defaults;
-use crate::session::error::Error;
-use crate::session::failure;
-use crate::session::messages::OutputPiece;
-use crate::session::process_table::{CHUNK, Live};
-use crate::session::tools::Session;
+use super::defaults;
+use super::error::Error;
+use super::failure;
 
 /// Readers one session may have at once.
 pub const PER_SESSION: usize = 16;
@@ -41,7 +35,7 @@ pub struct Readers {
 
 /// One reader's standing.
 #[derive(Debug)]
-struct Slot {
+pub struct Slot {
     /// When it last took a piece without asking for the next since.
     gave_at: Mutex<Option<Instant>>,
     /// Its place was taken: it ends at its next read.
@@ -53,6 +47,21 @@ struct Slot {
 impl Slot {
     fn stalled(&self, now: Instant) -> bool {
         lock(&self.gave_at).is_some_and(|at| now.duration_since(at) >= STALL)
+    }
+
+    /// Whether another reader took its place.
+    pub fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
+    /// The reader asks for its next piece.
+    pub fn asking(&self) {
+        *lock(&self.gave_at) = None;
+    }
+
+    /// The reader took a piece.
+    pub fn took(&self) {
+        *lock(&self.gave_at) = Some(Instant::now());
     }
 }
 
@@ -68,7 +77,10 @@ impl Readers {
 
     /// A place for a new reader, taking a stalled reader's place when the
     /// session has none free.
-    fn admit(&self, service: &Arc<tokio::sync::Semaphore>) -> Result<Arc<Slot>, failure::Error> {
+    pub fn admit(
+        &self,
+        service: &Arc<tokio::sync::Semaphore>,
+    ) -> Result<Arc<Slot>, failure::Error> {
         let mut slots = lock(&self.slots);
         if slots.len() >= PER_SESSION {
             let now = Instant::now();
@@ -98,138 +110,10 @@ impl Readers {
         Ok(slot)
     }
 
-    fn leave(&self, slot: &Arc<Slot>) {
+    /// The reader of `slot` is gone.
+    pub fn leave(&self, slot: &Arc<Slot>) {
         lock(&self.slots).retain(|s| !Arc::ptr_eq(s, slot));
     }
-}
-
-/// A reader's stream of output pieces (see the module's notes).
-pub struct OutputStream {
-    inner: Pin<Box<dyn Stream<Item = OutputPiece> + Send>>,
-    slot: Arc<Slot>,
-    session: Arc<Session>,
-    done: bool,
-}
-
-impl std::fmt::Debug for OutputStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutputStream").finish_non_exhaustive()
-    }
-}
-
-impl OutputStream {
-    /// A reader of `session` whose pieces are `pieces`, if it has a place.
-    pub(super) fn open(
-        session: &Arc<Session>,
-        pieces: impl Stream<Item = OutputPiece> + Send + 'static,
-    ) -> Result<OutputStream, failure::Error> {
-        let slot = session.readers.admit(&session.config.output_readers)?;
-        Ok(OutputStream {
-            inner: Box::pin(pieces),
-            slot,
-            session: Arc::clone(session),
-            done: false,
-        })
-    }
-}
-
-impl Stream for OutputStream {
-    type Item = Result<OutputPiece, failure::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.done {
-            return Poll::Ready(None);
-        }
-        if self.slot.evicted.load(Ordering::Acquire) {
-            self.done = true;
-            return Poll::Ready(Some(Err(Error::ReaderStalled {
-                secs: STALL.as_secs(),
-            }
-            .into())));
-        }
-        *lock(&self.slot.gave_at) = None;
-        match self.inner.as_mut().poll_next(cx) {
-            Poll::Ready(Some(piece)) => {
-                *lock(&self.slot.gave_at) = Some(Instant::now());
-                Poll::Ready(Some(Ok(piece)))
-            }
-            Poll::Ready(None) => {
-                self.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl Drop for OutputStream {
-    fn drop(&mut self) {
-        self.session.readers.leave(&self.slot);
-        self.session.touch();
-    }
-}
-
-/// What a reader has read so far.
-struct Cursor {
-    live: Arc<Live>,
-    from: [u64; 2],
-    follow: bool,
-    changes: tokio::sync::watch::Receiver<u64>,
-    over: bool,
-}
-
-/// The pieces of `live`'s kept output from `from` on, each read when it
-/// is asked for; with `follow`, new output as it comes until the process
-/// ends; the last piece says where to read on from.
-pub(super) fn pieces(
-    live: Arc<Live>,
-    from: [u64; 2],
-    follow: bool,
-) -> impl Stream<Item = OutputPiece> + Send + 'static {
-    let changes = live.watch();
-    let cursor = Cursor {
-        live,
-        from,
-        follow,
-        changes,
-        over: false,
-    };
-    futures_util::stream::unfold(cursor, |mut c| async move {
-        if c.over {
-            return None;
-        }
-        loop {
-            // Taken before reading: whatever it wrote before it ended is
-            // kept by then, so a read after an end misses nothing.
-            let ended = c.live.has_ended();
-            c.changes.mark_unchanged();
-            for stream in 0..2 {
-                let read = c.live.output()[stream].read(c.from[stream], CHUNK);
-                if read.data.is_empty() {
-                    c.from[stream] = read.offset;
-                    continue;
-                }
-                c.from[stream] = read.offset + read.data.len() as u64;
-                let piece = OutputPiece::Chunk {
-                    stderr: stream == 1,
-                    read,
-                };
-                return Some((piece, c));
-            }
-            if ended || !c.follow {
-                c.over = true;
-                let end = OutputPiece::End {
-                    stdout_offset: c.from[0],
-                    stderr_offset: c.from[1],
-                    info: c.live.info(),
-                };
-                return Some((end, c));
-            }
-            if c.changes.changed().await.is_err() {
-                return None;
-            }
-        }
-    })
 }
 
 #[cfg(test)]
