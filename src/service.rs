@@ -222,7 +222,8 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::BuildEnvironmentRequest>,
     ) -> Reply<BuildStream> {
-        Registry::admin_only(&caller(&req), "build environments")?;
+        self.registry
+            .operator_only(&caller(&req), "BuildEnvironment", "build environments")?;
         let may_build = req.extensions().get::<MayBuild>().is_some();
         let new = req
             .into_inner()
@@ -240,7 +241,8 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::ListEnvironmentsRequest>,
     ) -> Reply<pb::ListEnvironmentsResponse> {
-        Registry::admin_only(&caller(&req), "list environments")?;
+        self.registry
+            .operator_only(&caller(&req), "ListEnvironments", "list environments")?;
         let environments = self
             .registry
             .list_environments()
@@ -255,7 +257,8 @@ impl Sandbox for SandboxService {
         &self,
         req: Request<pb::DeleteEnvironmentRequest>,
     ) -> Reply<pb::DeleteEnvironmentResponse> {
-        Registry::admin_only(&caller(&req), "delete environments")?;
+        self.registry
+            .operator_only(&caller(&req), "DeleteEnvironment", "delete environments")?;
         let may_build = req.extensions().get::<MayBuild>().is_some();
         let name = req.into_inner().name;
         let env = self.registry.delete_environment(&name, may_build).await?;

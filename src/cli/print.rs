@@ -476,6 +476,7 @@ plan 7f3a-4  session s1  (waiting 12 s, rejected in 9 min 48 s unless answered)
                 rule: "ask_commands deploy".into(),
                 path: String::new(),
                 command: "make deploy".into(),
+                change: String::new(),
             })),
             withheld: vec![],
         };

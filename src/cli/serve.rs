@@ -14,6 +14,7 @@ mod approvals;
 mod builds;
 mod connections;
 mod limits;
+mod secrets;
 mod socket;
 mod start;
 

@@ -181,6 +181,7 @@ impl From<Pending> for pb::PendingApproval {
                 rule,
                 path,
                 command,
+                change,
             } => (
                 What::Call(pb::PendingCall {
                     tool: tool.to_string(),
@@ -188,6 +189,7 @@ impl From<Pending> for pb::PendingApproval {
                     rule,
                     path,
                     command,
+                    change,
                 }),
                 Vec::new(),
             ),

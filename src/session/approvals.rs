@@ -102,8 +102,16 @@ pub enum Asked {
         path: String,
         /// The command (empty for a write).
         command: String,
+        /// What a write would change, for the person to read (capped; see
+        /// [`CHANGE_CHARS`]): a new file's content, an edit's old and new
+        /// text, a patch. Empty for a command.
+        change: String,
     },
 }
+
+/// Most characters of a held write's change an approval shows; the rest
+/// is counted ("… N more characters").
+pub const CHANGE_CHARS: usize = 4000;
 
 impl Asked {
     /// What is asked, in a few words, for the journal.
@@ -533,6 +541,7 @@ mod tests {
             rule: "ask_writes \"src/**\"".into(),
             path: "src/a.py".into(),
             command: String::new(),
+            change: String::new(),
         }
     }
 

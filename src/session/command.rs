@@ -19,6 +19,12 @@ use super::tools::Session;
 use crate::policy::{CommandDenied, Denial, Policy};
 use crate::sandbox::{CommandSpec, Event, LimitHints};
 
+/// What a person approving an interactive process is told: the approval
+/// covers whatever is typed into it afterwards.
+pub const INTERACTIVE: &str = "an interactive process: it takes input after it starts, and \
+     what is typed into it then, commands included, runs without asking again; approving this \
+     start approves that input";
+
 impl Session {
     /// Checks a command against the guard and the ceilings, starts it, and
     /// returns its events (`Started`, chunks, `Exit`). Dropping the receiver
@@ -29,7 +35,7 @@ impl Session {
     ) -> Result<Gated<mpsc::Receiver<Event>>, failure::Error> {
         let started = Instant::now();
         let command = req.command.clone();
-        let spec = match self.gated_command("RunCommand", req).await {
+        let spec = match self.gated_command("RunCommand", req, false).await {
             Ok(Gated::Done(spec)) => spec,
             Ok(Gated::Rejected(r)) => {
                 self.journal_rejected("RunCommand", &command, started, &r);
@@ -129,11 +135,13 @@ impl Session {
 
     /// The command `req` asks `tool` (RunCommand, StartProcess) to run, as
     /// [`Session::command_spec`] checks it; when an ask rule holds it, once
-    /// a person approved it.
+    /// a person approved it. `interactive`: it takes input after it
+    /// starts, which no rule sees, and the person is told so.
     pub(super) async fn gated_command(
         &self,
         tool: &'static str,
         req: CommandRequest,
+        interactive: bool,
     ) -> Result<Gated<CommandSpec>, failure::Error> {
         let policy = self.policy();
         let rule = match policy.check_command_by(tool, &req.command) {
@@ -144,12 +152,20 @@ impl Session {
         // command that would be refused anyway.
         let approved = policy.approving_command();
         self.command_spec(tool, req.clone(), &approved).await?;
+        // The summary of an interactive start says what approving it
+        // means (the command beside it is shown whole anyway).
+        let summary = if interactive {
+            INTERACTIVE.to_string()
+        } else {
+            req.command.clone()
+        };
         let asked = Asked::Call {
             tool,
-            summary: req.command.clone(),
+            summary,
             rule,
             path: String::new(),
             command: req.command.clone(),
+            change: String::new(),
         };
         match self.ask(asked).await? {
             Approval::Approved { .. } => self

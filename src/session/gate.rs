@@ -152,9 +152,11 @@ impl Session {
     /// Runs a write `attempt` under the session's policy. When an ask rule
     /// holds it, asks a person and, once approved, attempts it again with
     /// that approval (the policy decides again, under the path's lock).
+    /// `change` says what the write would change, for the person asked.
     pub(super) async fn gated_write<T, F, Fut>(
         &self,
         summary: &str,
+        change: impl Fn() -> String,
         mut attempt: F,
     ) -> Result<Gated<T>, failure::Error>
     where
@@ -176,6 +178,7 @@ impl Session {
                 rule,
                 path: path.clone(),
                 command: String::new(),
+                change: crate::text::capped(&change(), super::approvals::CHANGE_CHARS).into_owned(),
             };
             match self.ask(asked).await? {
                 Approval::Approved { .. } => policy = Arc::new(policy.approving_path(&path)),

@@ -123,7 +123,11 @@ impl Session {
             stdout_cap: 0,
             stderr_cap: 0,
         };
-        let spec = match self.gated_command("StartProcess", asked).await? {
+        let interactive = req.stdin || pty.is_some();
+        let spec = match self
+            .gated_command("StartProcess", asked, interactive)
+            .await?
+        {
             Gated::Done(spec) => spec,
             Gated::Rejected(r) => return Ok(Gated::Rejected(r)),
         };

@@ -323,6 +323,30 @@ impl Registry {
             .ok_or_else(|| Error::NotFound { id: id.to_string() })
     }
 
+    /// [`Registry::admin_only`] for a call of `tool`: a session's token
+    /// refused is journaled in its session, as its other refusals are.
+    pub fn operator_only(
+        &self,
+        caller: &Caller,
+        tool: &'static str,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        let refused = Self::admin_only(caller, what);
+        if refused.is_err()
+            && let Caller::Session(id) = caller
+        {
+            let session = self.table().get(id).cloned();
+            if let Some(session) = session {
+                let told = crate::session::failure::Error::from(Error::NotPermitted {
+                    token: Token::Session,
+                    what,
+                });
+                session.refused(tool, "", std::time::Instant::now(), &told);
+            }
+        }
+        refused
+    }
+
     /// Refuses a call that is not about one session to a session's token.
     pub fn admin_only(caller: &Caller, what: &'static str) -> Result<(), Error> {
         match caller {

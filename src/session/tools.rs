@@ -87,6 +87,33 @@ pub(super) const NOTE_RESET: &str =
 /// Said of a process its session's close ended.
 pub(super) const NOTE_CLOSED: &str = "it ended with its session, which was closed";
 
+/// Edits as a person approving them reads them: each edit's old text as
+/// `-` lines and its new text as `+` lines.
+fn edits_shown(edits: &[EditSpec]) -> String {
+    let mut shown = String::new();
+    for (i, e) in edits.iter().enumerate() {
+        shown.push_str(&format!(
+            "@@ edit {}{}\n",
+            i + 1,
+            if e.replace_all {
+                " (every occurrence)"
+            } else {
+                ""
+            }
+        ));
+        for line in e.old.lines() {
+            shown.push_str(&format!("-{line}\n"));
+        }
+        for line in e.new.lines() {
+            shown.push_str(&format!("+{line}\n"));
+        }
+        if shown.len() > 4 * super::approvals::CHANGE_CHARS {
+            break;
+        }
+    }
+    shown
+}
+
 fn plural_edits(n: usize) -> String {
     if n == 1 {
         "1 edit".to_string()
@@ -272,24 +299,33 @@ impl Session {
         let summary = format!("{path:?} ({} bytes)", content.len());
         // Copied only for a second attempt, which only an ask rule makes.
         let asks = self.policy().asks();
+        let shown = asks.then(|| {
+            crate::text::cut(&content, super::approvals::CHANGE_CHARS)
+                .0
+                .to_string()
+        });
         let mut content = Some(content);
         let result = self
-            .gated_write(&summary, |policy| {
-                let content = if asks {
-                    content.clone()
-                } else {
-                    content.take()
-                };
-                async move {
-                    policy
-                        .check_mutation("CreateFile")
-                        .map_err(crate::workspace::Error::Denied)?;
-                    self.history.begin().await;
-                    let _turn = self.history.write_turn().await;
-                    let content = content.unwrap_or_default();
-                    Ok(self.workspace.create(path, content, &policy).await?)
-                }
-            })
+            .gated_write(
+                &summary,
+                || shown.clone().unwrap_or_default(),
+                |policy| {
+                    let content = if asks {
+                        content.clone()
+                    } else {
+                        content.take()
+                    };
+                    async move {
+                        policy
+                            .check_mutation("CreateFile")
+                            .map_err(crate::workspace::Error::Denied)?;
+                        self.history.begin().await;
+                        let _turn = self.history.write_turn().await;
+                        let content = content.unwrap_or_default();
+                        Ok(self.workspace.create(path, content, &policy).await?)
+                    }
+                },
+            )
             .await;
         self.journaled_write("CreateFile", &summary, started, result, |o| {
             (o.landed.clone(), None, o.sha256.clone())
@@ -306,20 +342,24 @@ impl Session {
         let started = Instant::now();
         let summary = format!("{path:?} ({})", plural_edits(edits.len()));
         let result = self
-            .gated_write(&summary, |policy| {
-                let (edits, expected_sha256) = (edits.clone(), expected_sha256.clone());
-                async move {
-                    policy
-                        .check_mutation("EditFile")
-                        .map_err(crate::workspace::Error::Denied)?;
-                    self.history.begin().await;
-                    let _turn = self.history.write_turn().await;
-                    Ok(self
-                        .workspace
-                        .edit(path, edits, expected_sha256, &policy)
-                        .await?)
-                }
-            })
+            .gated_write(
+                &summary,
+                || edits_shown(&edits),
+                |policy| {
+                    let (edits, expected_sha256) = (edits.clone(), expected_sha256.clone());
+                    async move {
+                        policy
+                            .check_mutation("EditFile")
+                            .map_err(crate::workspace::Error::Denied)?;
+                        self.history.begin().await;
+                        let _turn = self.history.write_turn().await;
+                        Ok(self
+                            .workspace
+                            .edit(path, edits, expected_sha256, &policy)
+                            .await?)
+                    }
+                },
+            )
             .await;
         self.journaled_write("EditFile", &summary, started, result, |o| {
             (
@@ -335,14 +375,18 @@ impl Session {
         let started = Instant::now();
         let summary = format!("{} bytes", text.len());
         let result = self
-            .gated_write(&summary, |policy| async move {
-                policy
-                    .check_mutation("ApplyPatch")
-                    .map_err(crate::workspace::Error::Denied)?;
-                self.history.begin().await;
-                let _turn = self.history.write_turn().await;
-                Ok(self.workspace.apply_patch(text, &policy).await?)
-            })
+            .gated_write(
+                &summary,
+                || text.to_string(),
+                |policy| async move {
+                    policy
+                        .check_mutation("ApplyPatch")
+                        .map_err(crate::workspace::Error::Denied)?;
+                    self.history.begin().await;
+                    let _turn = self.history.write_turn().await;
+                    Ok(self.workspace.apply_patch(text, &policy).await?)
+                },
+            )
             .await;
         match result {
             Ok(Gated::Done(files)) => {

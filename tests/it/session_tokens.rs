@@ -468,6 +468,28 @@ async fn a_sessions_token_acts_on_that_session_alone() {
         ))
         .await;
     assert_eq!(reason(&built.unwrap_err()), "NOT_PERMITTED");
+    // Each refusal is journaled in the session, as its other refusals are.
+    let report = c
+        .get_session_report(with(
+            ADMIN,
+            pb::GetSessionReportRequest {
+                session_id: a.session_id.clone(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    for tool in ["ListEnvironments", "DeleteEnvironment", "BuildEnvironment"] {
+        assert!(
+            report
+                .journal
+                .iter()
+                .any(|e| e.tool == tool && e.outcome == "NOT_PERMITTED"),
+            "{tool} refused and journaled: {:?}",
+            report.journal
+        );
+    }
     assert_eq!(
         srv.registry
             .list(&sandboxd::session::Caller::Admin)

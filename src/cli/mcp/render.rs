@@ -494,6 +494,7 @@ mod tests {
                 rule: text.into(),
                 path: format!("src/{text}.py"),
                 command: text.into(),
+                change: String::new(),
             })),
             ..Default::default()
         };

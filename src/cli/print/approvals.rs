@@ -170,6 +170,13 @@ pub fn pending(con: &mut Console<impl Write, impl Write>, p: &pb::PendingApprova
             if c.summary != c.command {
                 con.out(format_args!("  summary       {}\n", field(&c.summary)));
             }
+            // What the write would change, line by line, each shown as text.
+            if !c.change.is_empty() {
+                con.out(format_args!("  change\n"));
+                for line in c.change.lines() {
+                    con.out(format_args!("    | {}\n", sandboxd::text::one_line(line)));
+                }
+            }
         }
         None => con.out(format_args!(
             "  (a kind of item this client does not know; update sandboxd)\n"
@@ -276,6 +283,7 @@ mod tests {
                 tool: "RunCommand".into(),
                 summary: padded.clone(),
                 command: padded,
+                change: String::new(),
                 rule: "ask_commands \"*\"".into(),
                 path: String::new(),
             })),
@@ -287,5 +295,27 @@ mod tests {
             "{out}"
         );
         assert_eq!(out.matches("ls  ").count(), 1, "{out}");
+    }
+
+    #[test]
+    fn a_held_write_shows_what_it_would_change_line_by_line() {
+        let p = pb::PendingApproval {
+            approval_id: "3".into(),
+            what: Some(What::Call(pb::PendingCall {
+                tool: "CreateFile".into(),
+                summary: "\"src/a.py\" (12 bytes)".into(),
+                command: String::new(),
+                change: "x = 1\n\u{1b}[2Jy = 2\n".into(),
+                rule: "ask_writes \"src/**\"".into(),
+                path: "src/a.py".into(),
+            })),
+            ..Default::default()
+        };
+        let out = shown(&p);
+        assert!(
+            out.contains("  change\n    | x = 1\n    | ^[[2Jy = 2\n"),
+            "{out}"
+        );
+        assert!(!out.contains('\x1b'), "{out}");
     }
 }

@@ -60,18 +60,6 @@ impl ApprovalArgs {
         let Some(file) = self.approver_token_file else {
             return Ok(None);
         };
-        let token = std::fs::read_to_string(&file)
-            .map_err(|e| {
-                format!(
-                    "cannot read the approver token file {}: {e}",
-                    file.display()
-                )
-            })?
-            .trim()
-            .to_string();
-        if token.is_empty() {
-            return Err("the approver token is empty".into());
-        }
-        Ok(Some(token))
+        Ok(Some(super::secrets::read(&file, "approver token")?))
     }
 }

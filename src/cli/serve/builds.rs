@@ -71,18 +71,7 @@ impl BuildArgs {
             .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
             .collect();
         let build_token = match &self.build_token_file {
-            Some(file) => {
-                let t = std::fs::read_to_string(file)
-                    .map_err(|e| {
-                        format!("cannot read the build token file {}: {e}", file.display())
-                    })?
-                    .trim()
-                    .to_string();
-                if t.is_empty() {
-                    return Err("the build token is empty".into());
-                }
-                Some(t)
-            }
+            Some(file) => Some(super::secrets::read(file, "build token")?),
             None => None,
         };
         Ok(build_token)

@@ -93,18 +93,10 @@ pub async fn serve(args: ServeArgs, token: Option<String>) -> Result<ExitCode, A
     let build_token = args.builds.apply(&mut config)?;
 
     let token = match (token, &args.token_file) {
-        (Some(t), _) => Some(t),
-        (None, Some(file)) => Some(
-            std::fs::read_to_string(file)
-                .map_err(|e| format!("cannot read the token file {}: {e}", file.display()))?
-                .trim()
-                .to_string(),
-        ),
+        (Some(t), _) => Some(super::secrets::checked(t, "token")?),
+        (None, Some(file)) => Some(super::secrets::read(file, "token")?),
         (None, None) => None,
     };
-    if token.as_deref().is_some_and(str::is_empty) {
-        return Err("the token is empty".into());
-    }
     if let ListenAddr::Tcp(addr) = &args.listen
         && token.is_none()
         && !addr.ip().is_loopback()

@@ -44,6 +44,9 @@ struct Web {
     registry: Arc<Registry>,
     viewers: Viewers,
     lives: commands::Lives,
+    /// The view listens on a loopback address: it answers to a loopback
+    /// `Host` only.
+    loopback: bool,
 }
 
 type Shared = State<Arc<Web>>;
@@ -53,7 +56,9 @@ type Shared = State<Arc<Web>>;
 /// allows that on a loopback address only.
 pub async fn serve_web(listener: TcpListener, registry: Arc<Registry>, access: &Access) {
     let open = access.token.is_none();
+    let loopback = listener.local_addr().map_or(open, |a| a.ip().is_loopback());
     let web = Arc::new(Web {
+        loopback,
         viewers: Viewers::new(BearerAuth::new(access, Arc::clone(&registry)), open),
         registry,
         lives: commands::Lives::default(),
@@ -110,10 +115,11 @@ fn router(web: Arc<Web>) -> Router {
 }
 
 /// Refuses what no page of the view should take: a form posted from
-/// another site (a login or logout it did not choose), and, when every
-/// viewer is the operator (no token), a `Host` that is not this machine's
-/// loopback (a page of another site reaching it through a name it
-/// rebound to 127.0.0.1).
+/// another site (a login or logout it did not choose), and, when the view
+/// listens on loopback (always, when every viewer is the operator), a
+/// `Host` that is not this machine's loopback (a page of another site
+/// reaching it through a name it rebound to 127.0.0.1, its `Origin`
+/// matching that name).
 async fn guard(
     State(web): Shared,
     request: axum::extract::Request,
@@ -145,7 +151,7 @@ async fn guard(
                 .into_response();
         }
     }
-    if web.viewers.open() {
+    if web.loopback || web.viewers.open() {
         let host = header("host").unwrap_or_default();
         let name = match host.rsplit_once(':') {
             Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,

@@ -20,6 +20,8 @@ use crate::session::tools::Session;
 
 /// Most bytes one WriteProcessInput carries.
 pub const MAX_INPUT: usize = 1 << 20;
+/// Characters of a piece of input its journal entry keeps.
+const INPUT_SHOWN: usize = 200;
 /// How long a process has to take a piece of input.
 const INPUT_WAIT: Duration = Duration::from_secs(10);
 /// How long after the hard stop a process's end is waited for.
@@ -121,9 +123,15 @@ impl Session {
         close: bool,
     ) -> Result<InputAck, failure::Error> {
         let started = Instant::now();
+        // What was typed, not only its size: an approved interactive
+        // process runs it without asking (bounded, shown on one line).
         let summary = format!(
-            "{id}: {} bytes{}",
+            "{id}: {} bytes {}{}",
             data.len(),
+            crate::text::code_span(&crate::text::capped(
+                &String::from_utf8_lossy(&data),
+                INPUT_SHOWN
+            )),
             if close { ", then close" } else { "" }
         );
         let result = self.write_input(id, data, close).await;

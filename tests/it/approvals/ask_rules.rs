@@ -63,6 +63,10 @@ async fn an_asked_write_runs_only_once_approved() {
     assert_eq!(held.tool, "CreateFile");
     assert_eq!(held.path, "src/a.py");
     assert_eq!(held.rule, "ask_writes \"src/**\"");
+    assert_eq!(
+        held.change, "x = 1\n",
+        "the person sees what would be written"
+    );
     approver
         .decide(&waiting.approval_id, false, "no new modules")
         .await
@@ -104,6 +108,13 @@ async fn an_asked_write_runs_only_once_approved() {
         async move { c.clone().edit_file(req).await }
     });
     let waiting = approver.one_pending().await;
+    let Some(pb::pending_approval::What::Call(held)) = &waiting.what else {
+        panic!("an edit waits: {waiting:?}");
+    };
+    assert_eq!(
+        held.change, "@@ edit 1\n-2\n+3\n",
+        "the edit's old and new text"
+    );
     approver
         .decide(&waiting.approval_id, false, "")
         .await
@@ -219,5 +230,86 @@ async fn an_asked_command_runs_only_once_approved() {
         "refused before anyone is asked"
     );
     assert!(approver.pending(0).await.unwrap().is_empty());
+    srv.stop().await;
+}
+
+/// Input to a process skips the ask rules, by design: an approved
+/// interactive start is the approval of what is typed into it. The person
+/// is told so when asked, and the journal keeps what was typed (bounded,
+/// on one line), not only its size.
+#[tokio::test]
+async fn approving_an_interactive_start_is_said_to_approve_its_input() {
+    let srv = docker_server(|c| c.rules.ask_commands = vec![r"^sh\b".into()]).await;
+    let admin = As::new(&srv, ADMIN).await;
+    let approver = As::new(&srv, APPROVER).await;
+    approver.pending(0).await.unwrap();
+    let (id, token) = open(&admin, pb::CreateSessionRequest::default()).await;
+    let agent = As::new(&srv, &token).await;
+    let start = |stdin: bool| {
+        let c = agent.c();
+        let req = pb::StartProcessRequest {
+            session_id: id.clone(),
+            command: "sh".into(),
+            stdin,
+            ..Default::default()
+        };
+        tokio::spawn(async move { c.clone().start_process(req).await })
+    };
+    let call = start(true);
+    let waiting = approver.one_pending().await;
+    let Some(pb::pending_approval::What::Call(held)) = &waiting.what else {
+        panic!("a start waits: {waiting:?}");
+    };
+    assert!(
+        held.summary
+            .contains("approving this start approves that input"),
+        "{held:?}"
+    );
+    approver
+        .decide(&waiting.approval_id, true, "")
+        .await
+        .unwrap();
+    let started = call.await.unwrap().unwrap().into_inner();
+    let p = started.process.unwrap();
+    agent
+        .c()
+        .write_process_input(pb::WriteProcessInputRequest {
+            session_id: id.clone(),
+            process_id: p.process_id.clone(),
+            data: b"touch typed\x1b[2J\nexit\n".to_vec(),
+            close: true,
+        })
+        .await
+        .unwrap();
+    let report = agent
+        .c()
+        .get_session_report(pb::GetSessionReportRequest {
+            session_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let input = report
+        .journal
+        .iter()
+        .find(|e| e.tool == "WriteProcessInput")
+        .expect("the input is journaled");
+    assert!(
+        input.summary.contains("touch typed^[[2J\\nexit\\n"),
+        "what was typed, on one line: {input:?}"
+    );
+    // A start without input says nothing of the kind.
+    let call = start(false);
+    let waiting = approver.one_pending().await;
+    let Some(pb::pending_approval::What::Call(held)) = &waiting.what else {
+        panic!("a start waits");
+    };
+    assert!(!held.summary.contains("interactive"), "{held:?}");
+    approver
+        .decide(&waiting.approval_id, false, "")
+        .await
+        .unwrap();
+    call.await.unwrap().unwrap();
     srv.stop().await;
 }

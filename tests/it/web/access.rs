@@ -191,6 +191,37 @@ async fn a_sessions_cookie_dies_with_its_session() {
     assert_eq!(served.get("/", Some(&admin)).status, 200);
 }
 
+/// A view on loopback answers to its loopback name only, token or not: a
+/// form whose `Host` and `Origin` both name another site (a name rebound
+/// to 127.0.0.1) is refused, and so is a page asked for by that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_on_loopback_answers_to_loopback_names_only() {
+    let served = Served::start(false).await;
+    let form = format!("token={ADMIN}");
+    let port = served.web.rsplit_once(':').unwrap().1.to_string();
+    let forged = format!(
+        "POST /login HTTP/1.1\r\nHost: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    let reply = served.raw(&forged);
+    assert!(reply.starts_with("HTTP/1.1 421"), "{reply}");
+    assert!(
+        !reply.to_ascii_lowercase().contains("set-cookie"),
+        "{reply}"
+    );
+    let page = served.raw(&format!(
+        "GET /login HTTP/1.1\r\nHost: evil.example:{port}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(page.starts_with("HTTP/1.1 421"), "{page}");
+    // Its own names still work.
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let page = served.raw(&format!(
+            "GET /login HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        ));
+        assert!(page.starts_with("HTTP/1.1 200"), "{host}: {page}");
+    }
+}
+
 /// Forms are taken from the view's own pages only, and small.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forms_from_other_sites_and_large_bodies_are_refused() {

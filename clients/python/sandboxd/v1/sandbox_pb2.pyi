@@ -1192,18 +1192,20 @@ class ListPendingApprovalsRequest(_message.Message):
     def __init__(self, wait_ms: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class PendingCall(_message.Message):
-    __slots__ = ("tool", "summary", "rule", "path", "command")
+    __slots__ = ("tool", "summary", "rule", "path", "command", "change")
     TOOL_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
     tool: str
     summary: str
     rule: str
     path: str
     command: str
-    def __init__(self, tool: _Optional[str] = ..., summary: _Optional[str] = ..., rule: _Optional[str] = ..., path: _Optional[str] = ..., command: _Optional[str] = ...) -> None: ...
+    change: str
+    def __init__(self, tool: _Optional[str] = ..., summary: _Optional[str] = ..., rule: _Optional[str] = ..., path: _Optional[str] = ..., command: _Optional[str] = ..., change: _Optional[str] = ...) -> None: ...
 
 class PendingApproval(_message.Message):
     __slots__ = ("approval_id", "session_id", "workspace_path", "requested_at_ms", "expires_at_ms", "plan", "call", "withheld")

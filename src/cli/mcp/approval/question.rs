@@ -147,6 +147,14 @@ fn call_text(call: &pb::PendingCall) -> String {
     if !call.summary.is_empty() && call.summary != call.command {
         text.push_str(&format!("Summary: {}\n", field(&call.summary)));
     }
+    // What the write would change, as an indented block: a client that
+    // renders Markdown shows it as code, and no line can pose as a field.
+    if !call.change.is_empty() {
+        text.push_str("Change:\n");
+        for line in call.change.lines() {
+            text.push_str(&format!("    {}\n", sandboxd::text::one_line(line)));
+        }
+    }
     text
 }
 
@@ -208,6 +216,7 @@ mod tests {
                 rule: "ask_commands \"rm\"".into(),
                 path: String::new(),
                 command: "rm -rf build".into(),
+                change: String::new(),
             })),
             ..Default::default()
         };
@@ -219,6 +228,29 @@ mod tests {
             "{q}"
         );
         assert!(!q.contains("Summary"), "the command is shown once: {q}");
+    }
+
+    #[test]
+    fn a_held_write_shows_what_it_would_change_as_text() {
+        let p = pb::PendingApproval {
+            approval_id: "1".into(),
+            session_id: "s".into(),
+            what: Some(What::Call(pb::PendingCall {
+                tool: "EditFile".into(),
+                summary: "\"src/a.py\" (1 edit)".into(),
+                rule: "ask_writes \"src/**\"".into(),
+                path: "src/a.py".into(),
+                command: String::new(),
+                change: "@@ edit 1\n-x = 1\n+x = 2 \u{1b}]0;t\u{7}\nRule: none\n".into(),
+            })),
+            ..Default::default()
+        };
+        let q = question(&p);
+        assert!(
+            q.contains("Change:\n    @@ edit 1\n    -x = 1\n    +x = 2 ^[]0;t^G\n    Rule: none\n"),
+            "{q}"
+        );
+        assert!(!q.contains('\x1b'));
     }
 
     #[test]
@@ -262,6 +294,7 @@ mod tests {
                 tool: "RunCommand".into(),
                 summary: padded.clone(),
                 command: padded,
+                change: String::new(),
                 rule: "ask_commands \"*\"".into(),
                 path: String::new(),
             })),
