@@ -22,8 +22,14 @@ use crate::session::watch::Piece;
 
 /// Live streams open at once, in all.
 pub const LIVE_MAX: usize = 64;
-/// Live streams one token keeps open at once.
+/// Live streams one session's token keeps open at once.
 pub const LIVE_PER_VIEWER: usize = 4;
+/// Live streams kept for the operator (every operator tab shares them):
+/// sessions together never take more than the rest.
+pub const LIVE_OPERATOR: usize = 16;
+
+/// The key all of the operator's live streams count under.
+const OPERATOR: &str = "operator";
 
 /// The live streams open, by viewer.
 #[derive(Default)]
@@ -58,12 +64,18 @@ impl Drop for Live {
 fn admit(web: &Arc<super::Web>, caller: &Caller) -> Option<Live> {
     let key = match caller {
         Caller::Session(id) => format!("session {id}"),
-        Caller::Admin | Caller::Approver => "operator".to_string(),
+        Caller::Admin | Caller::Approver => OPERATOR.to_string(),
     };
     let mut open = web.lives.open.lock().unwrap_or_else(|e| e.into_inner());
-    let total: usize = open.values().sum();
+    let operator = open.get(OPERATOR).copied().unwrap_or(0);
+    let sessions: usize = open.values().sum::<usize>() - operator;
     let mine = open.get(&key).copied().unwrap_or(0);
-    if total >= LIVE_MAX || mine >= LIVE_PER_VIEWER {
+    let room = if key == OPERATOR {
+        mine < LIVE_OPERATOR
+    } else {
+        mine < LIVE_PER_VIEWER && sessions < LIVE_MAX - LIVE_OPERATOR
+    };
+    if !room {
         return None;
     }
     *open.entry(key.clone()).or_default() += 1;

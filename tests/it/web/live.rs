@@ -108,8 +108,9 @@ async fn a_running_commands_output_arrives_live_as_text() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_streams_are_bounded_per_viewer() {
     let served = Served::start(true).await;
-    let (id, _) = served.session();
+    let (id, token) = served.session();
     let admin = served.login(ADMIN);
+    let viewer = served.login(&token);
     let run = served.run_in_background(&id, "sleep 20");
     let mut seq = None;
     let until = Instant::now() + Duration::from_secs(60);
@@ -125,20 +126,28 @@ async fn live_streams_are_bounded_per_viewer() {
     let path = format!("/sessions/{id}/commands/{}/live", seq.expect("running"));
     let mut open = Vec::new();
     for _ in 0..4 {
-        let (conn, head) = open_live(&served, &path, &admin);
+        let (conn, head) = open_live(&served, &path, &viewer);
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         open.push(conn);
     }
-    let (_, head) = open_live(&served, &path, &admin);
+    let (_, head) = open_live(&served, &path, &viewer);
     assert!(
         head.starts_with("HTTP/1.1 503"),
-        "a fifth live view: {head}"
+        "a fifth live view of the session's viewer: {head}"
     );
+    // The operator's streams are a share of their own: its tabs open more.
+    let mut operators = Vec::new();
+    for _ in 0..6 {
+        let (conn, head) = open_live(&served, &path, &admin);
+        assert!(head.starts_with("HTTP/1.1 200"), "the operator: {head}");
+        operators.push(conn);
+    }
+    drop(operators);
     // Closing one gives its place back.
     drop(open.pop());
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let (conn, head) = open_live(&served, &path, &admin);
+        let (conn, head) = open_live(&served, &path, &viewer);
         if head.starts_with("HTTP/1.1 200") {
             open.push(conn);
             break;
