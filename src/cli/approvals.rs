@@ -324,8 +324,12 @@ impl<'a> Interactive<'a> {
         ));
         self.con.flush();
         // Keys typed before this item was on screen were meant for another
-        // (a double `y`): they decide nothing here.
-        self.keys.discard_typed_ahead();
+        // (a double `y`): they decide nothing here. A quit among them
+        // still quits.
+        if self.keys.discard_typed_ahead() {
+            self.con.out(format_args!("quit\n"));
+            return Ok(Key::Quit);
+        }
         loop {
             let key = self.keys.next().await;
             match key {
@@ -471,10 +475,15 @@ impl Keys {
     }
 
     /// Forgets every key typed so far and not yet read: what the terminal
-    /// still holds and what the reading thread already took.
-    fn discard_typed_ahead(&mut self) {
+    /// still holds and what the reading thread already took. Whether a
+    /// quit (`q`, Ctrl-C, Ctrl-D) was among what the thread took.
+    fn discard_typed_ahead(&mut self) -> bool {
         let _ = rustix::termios::tcflush(std::io::stdin(), rustix::termios::QueueSelector::IFlush);
-        while self.rx.try_recv().is_ok() {}
+        let mut quit = false;
+        while let Ok(b) = self.rx.try_recv() {
+            quit |= Key::of(b) == Key::Quit;
+        }
+        quit
     }
 
     /// The next key; stdin's end or a signal to stop is `q`.

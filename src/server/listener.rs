@@ -134,7 +134,7 @@ struct Ticket {
     demoted: AtomicBool,
     waker: AtomicWaker,
     owner: Mutex<Option<String>>,
-    /// Calls (streams) open on it now.
+    /// Calls without a valid token open on it now.
     streams: std::sync::atomic::AtomicUsize,
 }
 
@@ -154,7 +154,8 @@ impl Ticket {
 /// The places of `max` that sessions' vouchers may not take: the
 /// operator's (and newcomers') share.
 fn reserved(max: usize) -> usize {
-    (max / 8).max(1)
+    // A table of one place keeps none back: sessions could use no place.
+    (max / 8).max(usize::from(max > 1))
 }
 
 impl Gate {
@@ -186,13 +187,13 @@ impl Gate {
         let Some(live) = &self.0.live else {
             return 0;
         };
+        // Asked outside the gate's lock: the registry takes locks of its own.
+        let vouching: Vec<String> = self.state().sessions.keys().cloned().collect();
+        let dead: Vec<String> = vouching.into_iter().filter(|s| !live(s)).collect();
+        if dead.is_empty() {
+            return 0;
+        }
         let mut state = self.state();
-        let dead: Vec<String> = state
-            .sessions
-            .keys()
-            .filter(|s| !live(s))
-            .cloned()
-            .collect();
         let mut n = 0;
         for session in dead {
             let Some(held) = state.sessions.remove(&session) else {
@@ -312,47 +313,66 @@ impl Admission {
         self.ticket.vouched.load(Ordering::Acquire)
     }
 
-    /// A place for one more call (stream) on this connection: a
-    /// connection nobody vouched for has [`STRANGER_STREAMS`], the
-    /// connections of one session [`SESSION_STREAMS`] together. Refused:
-    /// the bound and whose it is.
-    pub fn open_stream(&self) -> Result<StreamPlace, (usize, &'static str)> {
+    /// A place for one more call (stream) of `calling` on this
+    /// connection: calls without a valid token have [`STRANGER_STREAMS`] on
+    /// each connection; the calls carrying one session's token have
+    /// [`SESSION_STREAMS`] together, on whatever connections they come; the
+    /// operator's are bounded by the transport's streams per connection
+    /// only. Refused: the bound and whose it is.
+    pub fn open_stream(&self, calling: Calling<'_>) -> Result<StreamPlace, (usize, &'static str)> {
         let ticket = &self.ticket;
-        if !self.vouched() {
-            if ticket.streams.fetch_add(1, Ordering::AcqRel) >= STRANGER_STREAMS {
-                ticket.streams.fetch_sub(1, Ordering::AcqRel);
-                return Err((STRANGER_STREAMS, "connection nobody has vouched for"));
+        let kind = match calling {
+            Calling::Operator => Charged::Nobody,
+            Calling::Stranger => {
+                if ticket.streams.fetch_add(1, Ordering::AcqRel) >= STRANGER_STREAMS {
+                    ticket.streams.fetch_sub(1, Ordering::AcqRel);
+                    return Err((
+                        STRANGER_STREAMS,
+                        "connection for calls without a valid token",
+                    ));
+                }
+                Charged::Connection
             }
-            return Ok(StreamPlace {
-                admission: self.clone(),
-                session: None,
-            });
-        }
-        let owner = ticket
-            .owner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(s) = &owner {
-            let mut state = self.gate.state();
-            let n = state.session_streams.entry(s.clone()).or_default();
-            if *n >= SESSION_STREAMS {
-                return Err((SESSION_STREAMS, "session"));
+            Calling::Session(id) => {
+                let mut state = self.gate.state();
+                let n = state.session_streams.entry(id.to_string()).or_default();
+                if *n >= SESSION_STREAMS {
+                    return Err((SESSION_STREAMS, "session"));
+                }
+                *n += 1;
+                Charged::Session(id.to_string())
             }
-            *n += 1;
-        }
-        ticket.streams.fetch_add(1, Ordering::AcqRel);
+        };
         Ok(StreamPlace {
             admission: self.clone(),
-            session: owner,
+            charged: kind,
         })
     }
+}
+
+/// Who makes a call, as [`Admission::open_stream`] counts it.
+#[derive(Debug, Clone, Copy)]
+pub enum Calling<'a> {
+    /// No valid token.
+    Stranger,
+    /// The operator's (or the approver's) token.
+    Operator,
+    /// This session's token.
+    Session(&'a str),
+}
+
+/// What a call's place was taken from.
+#[derive(Debug)]
+enum Charged {
+    Nobody,
+    Connection,
+    Session(String),
 }
 
 /// Calls one connection nobody has vouched for may have open at once
 /// (its first call carrying a token needs one; a probe, one).
 pub const STRANGER_STREAMS: usize = 4;
-/// Calls open at once over all the connections one session vouched for.
+/// Calls carrying one session's token open at once, on all connections.
 pub const SESSION_STREAMS: usize = 256;
 
 /// One open call's place (see [`Admission::open_stream`]), given back
@@ -360,18 +380,23 @@ pub const SESSION_STREAMS: usize = 256;
 #[derive(Debug)]
 pub struct StreamPlace {
     admission: Admission,
-    session: Option<String>,
+    charged: Charged,
 }
 
 impl Drop for StreamPlace {
     fn drop(&mut self) {
-        self.admission.ticket.streams.fetch_sub(1, Ordering::AcqRel);
-        if let Some(s) = &self.session {
-            let mut state = self.admission.gate.state();
-            if let Some(n) = state.session_streams.get_mut(s) {
-                *n -= 1;
-                if *n == 0 {
-                    state.session_streams.remove(s);
+        match &self.charged {
+            Charged::Nobody => {}
+            Charged::Connection => {
+                self.admission.ticket.streams.fetch_sub(1, Ordering::AcqRel);
+            }
+            Charged::Session(s) => {
+                let mut state = self.admission.gate.state();
+                if let Some(n) = state.session_streams.get_mut(s) {
+                    *n -= 1;
+                    if *n == 0 {
+                        state.session_streams.remove(s);
+                    }
                 }
             }
         }
@@ -527,6 +552,11 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_
 /// after connections closed, gives freed memory back.
 const SWEEP: Duration = Duration::from_secs(1);
 
+/// Memory is given back at most this often: a trim walks the allocator's
+/// arenas, and a stranger's connects and closes must not make the service
+/// do that every second.
+const TRIM_EVERY: Duration = Duration::from_secs(10);
+
 /// Hands the allocator's free memory back to the system. What a closed
 /// connection freed (its streams, its buffers) otherwise stays in the
 /// allocator's arenas: a stranger's burst of streams would leave the
@@ -547,14 +577,16 @@ pub fn incoming<L: Accept>(listener: L, gate: Gate) -> Incoming<L::Io> {
     let task = tokio::spawn(async move {
         let mut pause = BACKOFF.0;
         let mut sweep = tokio::time::interval(SWEEP);
+        let mut last_trim = tokio::time::Instant::now();
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
                 _ = sweep.tick() => {
                     gate.sweep();
-                    if gate.any_closed() {
-                        give_back_memory();
+                    if last_trim.elapsed() >= TRIM_EVERY && gate.any_closed() {
+                        last_trim = tokio::time::Instant::now();
+                        tokio::task::spawn_blocking(give_back_memory);
                     }
                     continue;
                 }

@@ -2,9 +2,10 @@
 //! call holds memory in the service until it ends (its request, its
 //! handler, its queued replies), and a caller that never reads its
 //! replies keeps them all. The transport advertises [`PER_CONNECTION`]
-//! streams per connection; this layer bounds, below that, a connection
-//! nobody has vouched for and every session's connections together (see
-//! [`Admission::open_stream`]), answering TOO_MANY_STREAMS past them at
+//! streams per connection; this layer bounds, below that, the calls
+//! without a valid token on each connection and the calls of each
+//! session's token on all connections (see [`Admission::open_stream`]),
+//! answering TOO_MANY_STREAMS past them at
 //! once, before any handler runs. A call's place comes back when its reply
 //! ends or is dropped (the caller reset it or its connection closed).
 
@@ -16,7 +17,8 @@ use tonic::body::Body;
 use tonic::codegen::http;
 
 use super::BearerAuth;
-use super::listener::{Admission, StreamPlace};
+use super::listener::{Admission, Calling, StreamPlace};
+use crate::session::Caller;
 use crate::session::ReplyBytes;
 
 /// Streams one connection may open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`).
@@ -74,17 +76,25 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Answer<S::Error> {
         let admission = req.extensions().get::<Admission>();
-        if let Some(admission) = admission.filter(|a| !a.vouched()) {
-            let given = req
-                .headers()
-                .get("authorization")
-                .map(|v| v.as_bytes())
-                .unwrap_or_default();
-            if let Some((caller, _)) = self.auth.caller(given) {
-                super::vouch_for(admission, &caller);
-            }
+        let given = req
+            .headers()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        let caller = admission.and_then(|_| self.auth.caller(given));
+        if let (Some(admission), Some((caller, _))) = (admission, &caller)
+            && !admission.vouched()
+        {
+            super::vouch_for(admission, caller);
         }
-        let place = match admission.map(Admission::open_stream) {
+        // Charged to whoever the call's token names, whatever connection
+        // it comes on.
+        let calling = match &caller {
+            None => Calling::Stranger,
+            Some((Caller::Session(id), _)) => Calling::Session(id),
+            Some((Caller::Admin | Caller::Approver, _)) => Calling::Operator,
+        };
+        let place = match admission.map(|a| a.open_stream(calling)) {
             None => None,
             Some(Ok(place)) => Some(place),
             Some(Err((max, whose))) => {

@@ -10,7 +10,8 @@
 //!   [`STALL`] is stalled: a new reader of its session takes its place,
 //!   and it ends (READER_STALLED) if it ever reads again.
 //!
-//! While a session has a reader, it is in use (its idle timeout waits).
+//! While a session has a reader that is not stalled, it is in use (its
+//! idle timeout waits).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,8 +72,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Readers {
     /// Readers now.
-    pub fn count(&self) -> usize {
+    #[cfg(test)]
+    fn count(&self) -> usize {
         lock(&self.slots).len()
+    }
+
+    /// Readers now that are not stalled: only these keep their session in
+    /// use (a reader nobody reads must not keep a session from its idle
+    /// timeout).
+    pub fn active(&self) -> usize {
+        let now = Instant::now();
+        lock(&self.slots).iter().filter(|s| !s.stalled(now)).count()
     }
 
     /// A place for a new reader, taking a stalled reader's place when the
@@ -102,7 +112,9 @@ impl Readers {
             })
         })?;
         let slot = Arc::new(Slot {
-            gave_at: Mutex::new(None),
+            // Not asked for anything yet: a reader that never reads
+            // stalls as one that stopped does.
+            gave_at: Mutex::new(Some(Instant::now())),
             evicted: AtomicBool::new(false),
             permit: Mutex::new(Some(permit)),
         });
@@ -140,8 +152,14 @@ mod tests {
         assert_eq!(refused_as(readers.admit(&all)), "TOO_MANY_READERS");
         // One took a piece a minute ago and never came back for the next.
         *lock(&slots[3].gave_at) = Instant::now().checked_sub(STALL + Duration::from_secs(1));
+        assert_eq!(
+            readers.active(),
+            PER_SESSION - 1,
+            "a stalled reader keeps nobody in use"
+        );
         let newcomer = readers.admit(&all).expect("the stalled reader's place");
         assert!(slots[3].evicted.load(Ordering::Acquire));
+        assert_eq!(readers.active(), PER_SESSION, "the stalled one is gone");
         assert!(
             !slots
                 .iter()

@@ -238,14 +238,21 @@ impl Session {
         offset: u64,
         limit: u64,
     ) -> Result<(ReadOutput, super::ReplyBytes), failure::Error> {
-        let out = self.read_file(path, offset, limit).await?;
-        if let Some(held) = self.replies.try_reserve(out.content.len()) {
-            return Ok((out, held));
+        let mut out = self.read_file(path, offset, limit).await?;
+        loop {
+            if let Some(held) = self.replies.try_reserve(out.content.len()) {
+                return Ok((out, held));
+            }
+            let bytes = out.content.len();
+            drop(out);
+            let held = self.replies.reserve(bytes).await?;
+            out = self.read_file(path, offset, limit).await?;
+            // The file may have grown meanwhile: what is returned must fit
+            // what was reserved, or the budget would bound nothing.
+            if out.content.len() <= bytes {
+                return Ok((out, held));
+            }
         }
-        let bytes = out.content.len();
-        drop(out);
-        let held = self.replies.reserve(bytes).await?;
-        Ok((self.read_file(path, offset, limit).await?, held))
     }
 
     /// ReadFile.

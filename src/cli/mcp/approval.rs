@@ -25,7 +25,7 @@ use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use sandboxd::pb;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic_types::StatusExt;
 
 use super::open::Ready;
@@ -145,14 +145,20 @@ pub async fn attend(mut ready: Ready, peer: Peer<RoleServer>, attendance: Attend
         return;
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let (listed_tx, listed) = watch::channel(HashSet::new());
     let watching = tokio::spawn(watch_pending(
         opened.approver.clone(),
         opened.session.id.clone(),
         tx,
+        listed_tx,
     ));
     while let Some(pending) = rx.recv().await {
-        let (verdict, note) = ask(&peer, &pending).await;
-        decide(&opened.approver, &pending, verdict, note, &attendance).await;
+        // Withdrawn meanwhile (the model cancelled its call, or it timed
+        // out): the form is taken off the person's screen, and there is
+        // nothing to decide.
+        if let Some((verdict, note)) = ask(&peer, &pending, listed.clone()).await {
+            decide(&opened.approver, &pending, verdict, note, &attendance).await;
+        }
     }
     watching.abort();
 }
@@ -164,6 +170,7 @@ async fn watch_pending(
     client: Client,
     session: String,
     tx: mpsc::UnboundedSender<pb::PendingApproval>,
+    shown: watch::Sender<HashSet<String>>,
 ) {
     let mut c = client;
     let mut queued: HashSet<String> = HashSet::new();
@@ -195,6 +202,7 @@ async fn watch_pending(
         // Forgotten once no longer pending (decided, timed out, withdrawn):
         // a listing taken while one was being decided still names it.
         queued.retain(|id| pending.iter().any(|p| &p.approval_id == id));
+        shown.send_replace(pending.iter().map(|p| p.approval_id.clone()).collect());
         for p in pending.iter().filter(|p| p.session_id == session) {
             if queued.insert(p.approval_id.clone()) && tx.send(p.clone()).is_err() {
                 return;
@@ -208,25 +216,74 @@ async fn watch_pending(
 
 /// Puts the pending plan or call to the person; anything but an accepted
 /// form with `approve` set is a rejection, with the note or the reason.
-async fn ask(peer: &Peer<RoleServer>, pending: &pb::PendingApproval) -> (pb::Verdict, String) {
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: question(pending),
-        requested_schema: form(),
+/// `None`: the item left the service's listing (`listed`) before the
+/// person answered, and the form was cancelled at the client.
+async fn ask(
+    peer: &Peer<RoleServer>,
+    pending: &pb::PendingApproval,
+    mut listed: watch::Receiver<HashSet<String>>,
+) -> Option<(pb::Verdict, String)> {
+    use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
+    let request = ServerRequest::ElicitRequest(ElicitRequest::new(
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: question(pending),
+            requested_schema: form(),
+        },
+    ));
+    let mut handle = match peer
+        .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => handle,
+        Err(e) => return Some(unanswered(pending, &e)),
     };
-    let answered = peer
-        .create_elicitation_with_timeout(params, Some(time_left(pending.expires_at_ms)))
-        .await;
-    match answered {
-        Ok(result) => verdict(&result),
-        Err(e) => {
-            tracing::warn!(error = %e, approval = %pending.approval_id, "the MCP client did not answer");
-            (
-                pb::Verdict::Reject,
-                format!("the person at the MCP client did not answer ({e})"),
-            )
+    let id = pending.approval_id.clone();
+    let withdrawn = {
+        let id = id.clone();
+        async move {
+            let gone = listed.wait_for(|ids| !ids.contains(&id)).await.is_ok();
+            if !gone {
+                // The listing stopped: only the answer or the time decides.
+                std::future::pending::<()>().await;
+            }
         }
-    }
+    };
+    let answered = tokio::select! {
+        answer = tokio::time::timeout(time_left(pending.expires_at_ms), &mut handle.rx) => answer,
+        () = withdrawn => {
+            tracing::info!(approval = %id, "withdrawn before the person answered; the form is cancelled");
+            let _ = handle.cancel(Some("the call was withdrawn".into())).await;
+            return None;
+        }
+    };
+    let answered = match answered {
+        Ok(Ok(Ok(ClientResult::ElicitResult(result)))) => Ok(result),
+        Ok(Ok(Ok(_))) => Err(rmcp::ServiceError::UnexpectedResponse),
+        Ok(Ok(Err(e))) => Err(e),
+        Ok(Err(_)) => Err(rmcp::ServiceError::TransportClosed),
+        Err(_) => {
+            let _ = handle
+                .cancel(Some("the person did not answer in time".into()))
+                .await;
+            Err(rmcp::ServiceError::Timeout {
+                timeout: time_left(pending.expires_at_ms),
+            })
+        }
+    };
+    Some(match answered {
+        Ok(result) => verdict(&result),
+        Err(e) => unanswered(pending, &e),
+    })
+}
+
+/// A form the client did not answer: a rejection saying why.
+fn unanswered(pending: &pb::PendingApproval, e: &rmcp::ServiceError) -> (pb::Verdict, String) {
+    tracing::warn!(error = %e, approval = %pending.approval_id, "the MCP client did not answer");
+    (
+        pb::Verdict::Reject,
+        format!("the person at the MCP client did not answer ({e})"),
+    )
 }
 
 /// What the person's answer means.

@@ -143,7 +143,7 @@ impl Registry {
         let expired: Vec<String> = self
             .table()
             .values()
-            .filter(|s| s.running.load(Ordering::SeqCst) == 0 && s.readers.count() == 0)
+            .filter(|s| s.running.load(Ordering::SeqCst) == 0 && s.readers.active() == 0)
             .filter(|s| !self.approvals.waits_for(&s.id))
             .filter(|s| s.idle_for(now) >= s.ttl)
             .map(|s| s.id.clone())
