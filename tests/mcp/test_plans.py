@@ -271,3 +271,41 @@ def test_over_addr_the_operators_token_lets_the_person_at_the_client_approve(
             await call(s, "create_file", path="note.txt", content="hi\n")
 
     run(main)
+
+
+def test_a_held_call_the_model_cancels_takes_its_form_off_the_screen(workspace: Path) -> None:
+    """The model gives up on a call an ask rule holds: the service withdraws
+    it, and the bridge cancels the form it put to the person, so no answer
+    is given to a question nobody asks any more."""
+    project(workspace)
+    seen: dict[str, anyio.Event] = {"asked": anyio.Event(), "cancelled": anyio.Event()}
+
+    async def person(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen["asked"].set()
+        try:
+            await anyio.sleep(300)
+        except anyio.get_cancelled_exc_class():
+            seen["cancelled"].set()
+            raise
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    async def main() -> None:
+        flags = ("--workspace", str(workspace), "--ask-write", "src/**")
+        async with mcp_session(*flags, elicitation_callback=person) as s:
+            async with anyio.create_task_group() as tg:
+
+                async def held() -> None:
+                    await s.call_tool("create_file", {"path": "src/y.py", "content": "y = 1\n"})
+
+                tg.start_soon(held)
+                with anyio.fail_after(60):
+                    await seen["asked"].wait()
+                # The model cancels its call (the SDK sends notifications/cancelled).
+                tg.cancel_scope.cancel()
+            with anyio.fail_after(30):
+                await seen["cancelled"].wait()
+            # The session goes on.
+            await call(s, "list_dir")
+
+    run(main)
+    assert not (workspace / "src" / "y.py").exists()

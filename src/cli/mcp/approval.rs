@@ -177,7 +177,9 @@ async fn watch_pending(
     loop {
         let listed = c
             .list_pending_approvals(pb::ListPendingApprovalsRequest {
-                wait_ms: POLL_WAIT_MS,
+                // While a form is out, its item's going (withdrawn, timed
+                // out) must be seen within a poll, not after a long wait.
+                wait_ms: if queued.is_empty() { POLL_WAIT_MS } else { 0 },
                 session_id: session.clone(),
             })
             .await;
@@ -208,7 +210,7 @@ async fn watch_pending(
                 return;
             }
         }
-        if !pending.is_empty() {
+        if !pending.is_empty() || !queued.is_empty() {
             tokio::time::sleep(POLL_BUSY).await;
         }
     }

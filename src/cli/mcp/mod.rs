@@ -348,8 +348,16 @@ impl ServerHandler for Bridge {
             .into());
         }
         let arguments = request.arguments.unwrap_or_default();
+        // A call the client cancels ends here: its request to the service
+        // is dropped, which withdraws whatever of it waits for a person.
         let outcome = match self.session().await {
-            Ok(session) => tools::call(&session, &request.name, arguments, &context).await,
+            Ok(session) => tokio::select! {
+                outcome = tools::call(&session, &request.name, arguments, &context) => outcome,
+                () = context.ct.cancelled() => Err(Refused::new(
+                    "CANCELLED",
+                    "the call was cancelled by the client",
+                )),
+            },
             Err(refused) => Err(refused),
         };
         Ok(result(outcome).into())
