@@ -92,6 +92,8 @@ pub struct Metrics {
     pub engine_pending_removals: Int,
     /// Environment builds by outcome: built, cached, failed.
     pub builds: Family<Outcome, Counter>,
+    /// Calls and logins that gave a wrong token.
+    pub auth_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -119,6 +121,7 @@ impl Metrics {
             engine_call_seconds: Family::new_with_constructor(seconds_histogram),
             engine_pending_removals: Int::default(),
             builds: Family::default(),
+            auth_failures: Counter::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -187,6 +190,11 @@ impl Metrics {
             "builds",
             "Environment builds by outcome (built, cached, failed)",
             m.builds.clone(),
+        );
+        r.register(
+            "auth_failures",
+            "Calls and web logins that gave a wrong token",
+            m.auth_failures.clone(),
         );
         Metrics { registry, ..m }
     }

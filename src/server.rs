@@ -7,6 +7,7 @@
 mod listener;
 mod scrape;
 mod streams;
+mod throttle;
 pub mod web;
 
 pub use listener::{Admission, ConnectionLimits, raise_fd_limit};
@@ -271,7 +272,10 @@ pub async fn serve(
         .layer(tower::util::MapResponseLayer::new(
             crate::error::describe_transport_refusal,
         ))
-        .layer(streams::StreamBudgetLayer::new(auth.clone()));
+        .layer(streams::StreamBudgetLayer::new(
+            auth.clone(),
+            Arc::new(throttle::Throttle::new(registry.metrics())),
+        ));
     if let Some(tls) = access.tls {
         builder = builder.tls_config(
             ServerTlsConfig::new()

@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::body::Body;
@@ -18,6 +19,7 @@ use tonic::codegen::http;
 
 use super::BearerAuth;
 use super::listener::{Admission, Calling, StreamPlace};
+use super::throttle::Throttle;
 use crate::session::Caller;
 use crate::session::ReplyBytes;
 
@@ -28,15 +30,18 @@ pub const PER_CONNECTION: u32 = 128;
 /// vouches for its connection here, before it is counted: a client's
 /// first calls, sent together on a new connection, are never counted as
 /// a stranger's.
+/// A call carrying a wrong token is answered only when `throttle` says.
 #[derive(Clone)]
 pub struct StreamBudgetLayer {
     auth: BearerAuth,
+    throttle: Arc<Throttle>,
 }
 
 impl StreamBudgetLayer {
-    /// The layer, with `auth` telling valid tokens.
-    pub fn new(auth: BearerAuth) -> StreamBudgetLayer {
-        StreamBudgetLayer { auth }
+    /// The layer, with `auth` telling valid tokens and `throttle` pacing
+    /// wrong ones.
+    pub fn new(auth: BearerAuth, throttle: Arc<Throttle>) -> StreamBudgetLayer {
+        StreamBudgetLayer { auth, throttle }
     }
 }
 
@@ -47,6 +52,7 @@ impl<S> tower::Layer<S> for StreamBudgetLayer {
         StreamBudget {
             inner,
             auth: self.auth.clone(),
+            throttle: Arc::clone(&self.throttle),
         }
     }
 }
@@ -56,6 +62,7 @@ impl<S> tower::Layer<S> for StreamBudgetLayer {
 pub struct StreamBudget<S> {
     inner: S,
     auth: BearerAuth,
+    throttle: Arc<Throttle>,
 }
 
 type Answer<E> = Pin<Box<dyn Future<Output = Result<http::Response<Body>, E>> + Send>>;
@@ -82,6 +89,8 @@ where
             .map(|v| v.as_bytes())
             .unwrap_or_default();
         let caller = admission.and_then(|_| self.auth.caller(given));
+        // A token was given and it is no token of this service.
+        let wrong = admission.is_some() && caller.is_none() && !given.is_empty();
         if let (Some(admission), Some((caller, _))) = (admission, &caller)
             && !admission.vouched()
         {
@@ -104,7 +113,11 @@ where
             }
         };
         let answer = self.inner.call(req);
+        let throttle = wrong.then(|| Arc::clone(&self.throttle));
         Box::pin(async move {
+            if let Some(throttle) = throttle {
+                throttle.failed().await;
+            }
             let mut res = answer.await?;
             // A reply's reservation of its session's budget, put there by
             // its handler, is held with the body too.

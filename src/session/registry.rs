@@ -280,6 +280,11 @@ impl Registry {
             .cloned()
     }
 
+    /// Where the service's counters go, if it is measured.
+    pub fn metrics(&self) -> Option<Arc<crate::metrics::Metrics>> {
+        self.config.metrics.clone()
+    }
+
     /// Whether the session `id` is open (not closed, expired or never
     /// made).
     pub fn is_open(&self, id: &str) -> bool {

@@ -422,3 +422,42 @@ async fn a_private_service_demands_a_token_only_its_client_holds() {
     own.list_sessions(pb::ListSessionsRequest {}).await.unwrap();
     local.stop().await.unwrap();
 }
+
+/// Wrong tokens are slowed down past a few a minute, one at a time, so a
+/// local user cannot guess at the speed the service answers; a right token
+/// given meanwhile is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_slowed_and_the_right_one_never_is() {
+    let srv = TestServer::with_token("the-right-token-here").await;
+    let guessing = {
+        let channel = channel(&srv).await;
+        tokio::spawn(async move {
+            let mut c = SandboxClient::new(channel);
+            let started = std::time::Instant::now();
+            for i in 0..13 {
+                let wrong = format!("Bearer guess-number-{i}");
+                let err = c
+                    .list_sessions(with_auth(pb::ListSessionsRequest {}, &wrong))
+                    .await
+                    .unwrap_err();
+                assert_eq!(err.code(), tonic::Code::Unauthenticated);
+            }
+            started.elapsed()
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let mut c = SandboxClient::new(channel(&srv).await);
+    let started = std::time::Instant::now();
+    c.list_sessions(with_auth(
+        pb::ListSessionsRequest {},
+        "Bearer the-right-token-here",
+    ))
+    .await
+    .unwrap();
+    let right = started.elapsed();
+    let guessed = guessing.await.unwrap();
+    eprintln!("13 wrong tokens took {guessed:?}; the right one {right:?}");
+    // Five answered at once, then 250 ms each.
+    assert!(guessed >= std::time::Duration::from_secs(2), "{guessed:?}");
+    assert!(right < std::time::Duration::from_secs(1), "{right:?}");
+}

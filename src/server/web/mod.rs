@@ -47,6 +47,8 @@ struct Web {
     /// The view listens on a loopback address: it answers to a loopback
     /// `Host` only.
     loopback: bool,
+    /// Paces wrong tokens given to the login form.
+    throttle: super::throttle::Throttle,
 }
 
 type Shared = State<Arc<Web>>;
@@ -59,6 +61,7 @@ pub async fn serve_web(listener: TcpListener, registry: Arc<Registry>, access: &
     let loopback = listener.local_addr().map_or(open, |a| a.ip().is_loopback());
     let web = Arc::new(Web {
         loopback,
+        throttle: super::throttle::Throttle::new(registry.metrics()),
         viewers: Viewers::new(BearerAuth::new(access, Arc::clone(&registry)), open),
         registry,
         lives: commands::Lives::default(),
@@ -305,7 +308,10 @@ async fn login(State(web): Shared, Form(form): Form<LoginForm>) -> Response {
             .into_response(),
         Err(why) => {
             let message = match why {
-                auth::Refused::Unknown => "That token is not one of this service's.",
+                auth::Refused::Unknown => {
+                    web.throttle.failed().await;
+                    "That token is not one of this service's."
+                }
                 auth::Refused::Approver => {
                     "The approver's token decides what waits for a person, and sees no session here."
                 }
