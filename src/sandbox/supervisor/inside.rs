@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::frames::{self, Decoder, event, request};
 
+mod family;
 mod process;
 mod spawn;
 use crate::sandbox::capture::Capture;

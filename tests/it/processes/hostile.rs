@@ -310,3 +310,42 @@ async fn unread_output_streams_are_bounded_per_session() {
     stop(client, &sid, &flood.process_id).await;
     server.stop().await;
 }
+
+/// The review's finding: a child that left its process's group (`setsid`,
+/// or a daemon whose parent exited) survived StopProcess while the process
+/// was reported stopped. A process is its whole family now: its stop ends
+/// them all.
+#[tokio::test]
+async fn stop_ends_children_that_left_the_group() {
+    let server = TestServer::with_docker().await;
+    let (sid, _) = server.session().await;
+    let client = &server.client;
+    // One child in a session of its own, one daemonised (its parent gone).
+    let mut req = start_req(
+        &sid,
+        "setsid sleep 1000 & echo $! > /workspace/setsid.pid; \
+         (sleep 1001 & echo $! > /workspace/daemon.pid) ; echo armed; sleep 600",
+    );
+    req.ready = on_output("^armed$");
+    let started = start(client, req).await;
+    assert_eq!(started.ready_state, pb::ReadyState::Ready as i32);
+    let p = started.process.unwrap();
+    let check = "for f in setsid daemon; do kill -0 $(cat /workspace/$f.pid) 2>/dev/null && echo \"$f survived\"; done; echo checked";
+    let before = run(client, &sid, check, 30_000).await;
+    assert_eq!(
+        before.live_stdout, "setsid survived\ndaemon survived\nchecked\n",
+        "both run before the stop: {:?}",
+        before.exit
+    );
+    let ended = stop(client, &sid, &p.process_id).await;
+    assert_ne!(ended.state, pb::ProcessState::Running as i32, "{ended:?}");
+    let left = run(
+        client,
+        &sid,
+        "for f in setsid daemon; do kill -0 $(cat /workspace/$f.pid) 2>/dev/null && echo \"$f survived\"; done; echo checked",
+        30_000,
+    )
+    .await;
+    assert_eq!(left.live_stdout, "checked\n", "{:?}", left.exit);
+    server.stop().await;
+}

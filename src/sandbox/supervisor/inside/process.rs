@@ -17,7 +17,9 @@ use rustix::process::{Pid, Signal};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DRAIN_AFTER_EXIT, Reader, exit_code, ladder, prepare, read_some, spawn_retrying};
+use super::{
+    DRAIN_AFTER_EXIT, KILL_GRACE, Reader, exit_code, ladder, prepare, read_some, spawn_retrying,
+};
 use crate::sandbox::command::KilledBy;
 use crate::sandbox::supervisor::frames::{self, event};
 
@@ -193,6 +195,11 @@ pub(super) async fn run(
             .process_group(0);
         }
     }
+    // Its orphaned descendants stay its family (see `family`).
+    // SAFETY: runs in the child between fork and exec; one system call.
+    unsafe {
+        cmd.pre_exec(super::family::become_subreaper);
+    }
     let spawned = match prepare(&mut cmd, &start.cwd, &start.env, user) {
         Ok(()) => spawn_retrying(|| cmd.spawn())
             .await
@@ -298,7 +305,17 @@ pub(super) async fn run(
     table.lock().remove(&id);
     let mut killed_by = KilledBy::None;
     if stop {
+        // The family as it is now, while the leader holds it together:
+        // children that left the group get the ladder's rungs too.
+        let family = super::family::descendants(pid);
+        super::family::signal_all(&family, Signal::TERM);
         killed_by = ladder(pid, &mut child).await;
+        let (killed, all_gone) = super::family::end(&family, KILL_GRACE).await;
+        killed_by = match (killed_by, killed, all_gone) {
+            (_, _, false) => KilledBy::Container,
+            (KilledBy::ProcessGroupTerm, true, true) => KilledBy::ProcessGroupKill,
+            (k, _, _) => k,
+        };
         let until = tokio::time::Instant::now() + DRAIN_AFTER_EXIT;
         while out.is_some() || err.is_some() {
             tokio::select! {
