@@ -51,6 +51,10 @@ use sink::{Sink, file_name, previous_name};
 /// older ones are dropped and counted (the JSON-lines file keeps them all).
 /// Bounds a session's journal to a few MB at worst.
 pub const MAX_KEPT: usize = 2_000;
+/// Distinct written paths a journal keeps for the plan check; writes to
+/// further paths are counted, not kept (a session's calls cannot grow it
+/// without bound).
+pub const MAX_TOUCHED: usize = 10_000;
 /// Characters of a call's summary kept.
 const MAX_SUMMARY_CHARS: usize = 240;
 /// Characters of a command line kept in its record.
@@ -80,6 +84,8 @@ struct State {
     commands: VecDeque<CommandRecord>,
     refused: VecDeque<Refused>,
     touched: BTreeSet<String>,
+    /// Writes to paths past [`MAX_TOUCHED`], not kept.
+    touched_dropped: u64,
     last_write: Option<u64>,
     processes: VecDeque<ProcessRecord>,
 }
@@ -472,7 +478,11 @@ impl State {
     }
 
     fn push_write(&mut self, write: FileWrite) {
-        self.touched.insert(write.path.clone());
+        if self.touched.len() < MAX_TOUCHED || self.touched.contains(&write.path) {
+            self.touched.insert(write.path.clone());
+        } else {
+            self.touched_dropped += 1;
+        }
         self.last_write = Some(self.last_write.map_or(write.seq, |l| l.max(write.seq)));
         push_capped(&mut self.writes, write);
     }

@@ -53,6 +53,7 @@ impl From<(String, Report)> for pb::SessionReport {
                 })
                 .collect(),
             touched: r.touched,
+            touched_dropped: r.touched_dropped,
             planned_touched: plan.planned_touched,
             unplanned: plan.unplanned,
             untouched: plan.untouched,

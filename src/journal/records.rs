@@ -157,8 +157,10 @@ pub struct Report {
     pub commands: Vec<CommandRecord>,
     /// Refused or failed calls.
     pub refused: Vec<Refused>,
-    /// Distinct paths written, sorted.
+    /// Distinct paths written, sorted (at most [`MAX_TOUCHED`](super::MAX_TOUCHED)).
     pub touched: Vec<String>,
+    /// Writes to paths past that bound: the plan check does not see them.
+    pub touched_dropped: u64,
     /// Present when a plan was given.
     pub plan: Option<PlanCheck>,
     /// Present when a verification command was named.

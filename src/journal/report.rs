@@ -69,6 +69,7 @@ impl Journal {
             commands: st.commands.iter().cloned().collect(),
             refused: st.refused.iter().cloned().collect(),
             touched: st.touched.iter().cloned().collect(),
+            touched_dropped: st.touched_dropped,
             plan,
             verification,
             checkpoints: Vec::new(),

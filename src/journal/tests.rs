@@ -485,3 +485,17 @@ fn a_command_or_a_process_after_the_verification_leaves_it_unverified() {
     run(&j, "pytest -q", 0);
     assert_eq!(verdict(&j), (true, true));
 }
+
+#[test]
+fn the_written_paths_kept_are_bounded_and_the_rest_counted() {
+    let j = Journal::new("a", None).unwrap();
+    for i in 0..MAX_TOUCHED + 5 {
+        write(&j, &format!("f/{i}.txt"));
+    }
+    // A path already kept is still kept, and not counted again.
+    write(&j, "f/0.txt");
+    let r = j.report(Some(&["f/0.txt".to_string()]), None);
+    assert_eq!(r.touched.len(), MAX_TOUCHED);
+    assert_eq!(r.touched_dropped, 5);
+    assert_eq!(r.plan.unwrap().planned_touched, vec!["f/0.txt".to_string()]);
+}

@@ -236,6 +236,7 @@ mod tests {
                 commands: vec![],
                 refused: vec![],
                 touched: vec![],
+                touched_dropped: 0,
                 plan: None,
                 verification: None,
                 checkpoints: vec![],

@@ -285,7 +285,7 @@ class GetSessionReportRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., planned_files: _Optional[_Iterable[str]] = ..., verification_command: _Optional[str] = ...) -> None: ...
 
 class SessionReport(_message.Message):
-    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan", "changed_unplanned", "changes_unchecked", "processes")
+    __slots__ = ("session_id", "files_written", "commands", "denied", "touched", "planned_touched", "unplanned", "untouched", "verification", "journal", "journal_dropped", "journal_file_lines_dropped", "checkpoints", "plan", "changed_unplanned", "changes_unchecked", "processes", "touched_dropped")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     COMMANDS_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,7 @@ class SessionReport(_message.Message):
     CHANGED_UNPLANNED_FIELD_NUMBER: _ClassVar[int]
     CHANGES_UNCHECKED_FIELD_NUMBER: _ClassVar[int]
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_DROPPED_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     files_written: _containers.RepeatedCompositeFieldContainer[FileWrite]
     commands: _containers.RepeatedCompositeFieldContainer[CommandRecord]
@@ -320,7 +321,8 @@ class SessionReport(_message.Message):
     changed_unplanned: _containers.RepeatedScalarFieldContainer[str]
     changes_unchecked: str
     processes: _containers.RepeatedCompositeFieldContainer[Process]
-    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., changed_unplanned: _Optional[_Iterable[str]] = ..., changes_unchecked: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ...) -> None: ...
+    touched_dropped: int
+    def __init__(self, session_id: _Optional[str] = ..., files_written: _Optional[_Iterable[_Union[FileWrite, _Mapping]]] = ..., commands: _Optional[_Iterable[_Union[CommandRecord, _Mapping]]] = ..., denied: _Optional[_Iterable[_Union[RefusedCall, _Mapping]]] = ..., touched: _Optional[_Iterable[str]] = ..., planned_touched: _Optional[_Iterable[str]] = ..., unplanned: _Optional[_Iterable[str]] = ..., untouched: _Optional[_Iterable[str]] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[JournalEntry, _Mapping]]] = ..., journal_dropped: _Optional[int] = ..., journal_file_lines_dropped: _Optional[int] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ..., plan: _Optional[_Union[ApprovedPlan, _Mapping]] = ..., changed_unplanned: _Optional[_Iterable[str]] = ..., changes_unchecked: _Optional[str] = ..., processes: _Optional[_Iterable[_Union[Process, _Mapping]]] = ..., touched_dropped: _Optional[int] = ...) -> None: ...
 
 class FileWrite(_message.Message):
     __slots__ = ("seq", "tool", "path", "sha256_before", "sha256_after")

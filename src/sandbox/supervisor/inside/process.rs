@@ -471,7 +471,8 @@ fn group_cpu_ms(group: Pid) -> u64 {
 
 /// Whether something listens on TCP `port` in the container (any address,
 /// IPv4 or IPv6), as the kernel's socket tables say: no connection is made,
-/// so the server sees nothing.
+/// so the server sees nothing. Only where no table can be read at all does
+/// it knock (a connection to 127.0.0.1).
 fn listening(port: u32) -> bool {
     let mut read_any = false;
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
