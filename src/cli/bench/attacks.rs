@@ -42,7 +42,9 @@ impl Drop for Served {
 }
 
 impl Served {
-    async fn start() -> Result<Served, AnyError> {
+    /// A service of its own; with `engine`, over the local engine (its
+    /// sessions run processes), else file tools only.
+    async fn start(engine: bool) -> Result<Served, AnyError> {
         let dir = tempfile::tempdir()?;
         let token = sandboxd::secret::random_hex();
         let token_file = dir.path().join("token");
@@ -50,10 +52,13 @@ impl Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = Command::new(std::env::current_exe()?)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--pool-size", "0", "--lent-pool-size", "0"])
-            .args(["--docker-host", "unix:///nonexistent/sandboxd-bench.sock"])
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--pool-size", "0", "--lent-pool-size", "0"]);
+        if !engine {
+            cmd.args(["--docker-host", "unix:///nonexistent/sandboxd-bench.sock"]);
+        }
+        let child = cmd
             .arg("--token-file")
             .arg(&token_file)
             .arg("--state-dir")
@@ -71,7 +76,7 @@ impl Served {
             token,
             _dir: dir,
         };
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = Instant::now() + Duration::from_secs(120);
         while served.operator().await.is_err() {
             if Instant::now() > until {
                 return Err("the attacked service did not start".into());
@@ -185,7 +190,7 @@ pub(super) async fn figures(rows: &mut Vec<Row>) -> Result<(), AnyError> {
     eprintln!(
         "attacks on the service's memory ({CONNECTIONS} connections x {CALLS} calls each)..."
     );
-    let served = Served::start().await?;
+    let served = Served::start(false).await?;
     let mut operator = served.operator().await?;
     let session = operator
         .create_session(pb::CreateSessionRequest::default())
@@ -295,5 +300,62 @@ pub(super) async fn figures(rows: &mut Vec<Row>) -> Result<(), AnyError> {
         ),
         &o,
     ));
+    drop(served);
+    followers(rows).await
+}
+
+/// Unread follow streams of one process's output (ReadProcessOutput), a
+/// thousand on one connection, from a service over the engine.
+async fn followers(rows: &mut Vec<Row>) -> Result<(), AnyError> {
+    const STREAMS: usize = 1000;
+    let served = Served::start(true).await?;
+    let mut operator = served.operator().await?;
+    let session = operator
+        .create_session(pb::CreateSessionRequest::default())
+        .await?
+        .into_inner();
+    let process = operator
+        .start_process(pb::StartProcessRequest {
+            session_id: session.session_id.clone(),
+            command: "head -c 4000000 /dev/zero | tr '\\0' x; sleep 600".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner()
+        .process
+        .ok_or("no process")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let bearer = sandboxd::local::Bearer::new(Some(&session.session_token)).ok_or("bad token")?;
+    let client = sandboxd::local::client(served.deaf().await?, bearer);
+    let calls: Vec<_> = (0..STREAMS)
+        .map(|_| {
+            let mut client = client.clone();
+            let req = pb::ReadProcessOutputRequest {
+                session_id: session.session_id.clone(),
+                process_id: process.process_id.clone(),
+                follow: true,
+                ..Default::default()
+            };
+            async move {
+                match client.read_process_output(req).await {
+                    Ok(stream) => {
+                        let _held = stream;
+                        std::future::pending::<bool>().await
+                    }
+                    Err(e) => refused(&e),
+                }
+            }
+        })
+        .collect();
+    let o = attack(&served, calls).await;
+    rows.push(row(
+        format!("Attack: {STREAMS} follow streams of a process's output, never read"),
+        &o,
+    ));
+    operator
+        .close_session(pb::CloseSessionRequest {
+            session_id: session.session_id,
+        })
+        .await?;
     Ok(())
 }
