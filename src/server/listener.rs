@@ -96,8 +96,6 @@ struct State {
     sessions: HashMap<String, BTreeMap<u64, Arc<Ticket>>>,
     /// Connections vouched for by sessions, all together.
     session_vouched: usize,
-    /// Calls open now on connections each session vouched for.
-    session_streams: HashMap<String, usize>,
     /// Connections closed since memory was last given back.
     closed_since_trim: usize,
 }
@@ -134,8 +132,6 @@ struct Ticket {
     demoted: AtomicBool,
     waker: AtomicWaker,
     owner: Mutex<Option<String>>,
-    /// Calls without a valid token open on it now.
-    streams: std::sync::atomic::AtomicUsize,
 }
 
 impl Ticket {
@@ -247,7 +243,6 @@ impl Gate {
             demoted: AtomicBool::new(false),
             waker: AtomicWaker::new(),
             owner: Mutex::new(None),
-            streams: std::sync::atomic::AtomicUsize::new(0),
         });
         state.unvouched.insert(ticket.id, Arc::clone(&ticket));
         drop(state);
@@ -313,93 +308,9 @@ impl Admission {
         self.ticket.vouched.load(Ordering::Acquire)
     }
 
-    /// A place for one more call (stream) of `calling` on this
-    /// connection: calls without a valid token have [`STRANGER_STREAMS`] on
-    /// each connection; the calls carrying one session's token have
-    /// [`SESSION_STREAMS`] together, on whatever connections they come; the
-    /// operator's are bounded by the transport's streams per connection
-    /// only. Refused: the bound and whose it is.
-    pub fn open_stream(&self, calling: Calling<'_>) -> Result<StreamPlace, (usize, &'static str)> {
-        let ticket = &self.ticket;
-        let kind = match calling {
-            Calling::Operator => Charged::Nobody,
-            Calling::Stranger => {
-                if ticket.streams.fetch_add(1, Ordering::AcqRel) >= STRANGER_STREAMS {
-                    ticket.streams.fetch_sub(1, Ordering::AcqRel);
-                    return Err((
-                        STRANGER_STREAMS,
-                        "connection for calls without a valid token",
-                    ));
-                }
-                Charged::Connection
-            }
-            Calling::Session(id) => {
-                let mut state = self.gate.state();
-                let n = state.session_streams.entry(id.to_string()).or_default();
-                if *n >= SESSION_STREAMS {
-                    return Err((SESSION_STREAMS, "session"));
-                }
-                *n += 1;
-                Charged::Session(id.to_string())
-            }
-        };
-        Ok(StreamPlace {
-            admission: self.clone(),
-            charged: kind,
-        })
-    }
-}
-
-/// Who makes a call, as [`Admission::open_stream`] counts it.
-#[derive(Debug, Clone, Copy)]
-pub enum Calling<'a> {
-    /// No valid token.
-    Stranger,
-    /// The operator's (or the approver's) token.
-    Operator,
-    /// This session's token.
-    Session(&'a str),
-}
-
-/// What a call's place was taken from.
-#[derive(Debug)]
-enum Charged {
-    Nobody,
-    Connection,
-    Session(String),
-}
-
-/// Calls one connection nobody has vouched for may have open at once
-/// (its first call carrying a token needs one; a probe, one).
-pub const STRANGER_STREAMS: usize = 4;
-/// Calls carrying one session's token open at once, on all connections.
-pub const SESSION_STREAMS: usize = 256;
-
-/// One open call's place (see [`Admission::open_stream`]), given back
-/// when dropped.
-#[derive(Debug)]
-pub struct StreamPlace {
-    admission: Admission,
-    charged: Charged,
-}
-
-impl Drop for StreamPlace {
-    fn drop(&mut self) {
-        match &self.charged {
-            Charged::Nobody => {}
-            Charged::Connection => {
-                self.admission.ticket.streams.fetch_sub(1, Ordering::AcqRel);
-            }
-            Charged::Session(s) => {
-                let mut state = self.admission.gate.state();
-                if let Some(n) = state.session_streams.get_mut(s) {
-                    *n -= 1;
-                    if *n == 0 {
-                        state.session_streams.remove(s);
-                    }
-                }
-            }
-        }
+    /// The connection's number, unique among this listener's.
+    pub fn id(&self) -> u64 {
+        self.ticket.id
     }
 }
 
